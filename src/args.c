@@ -1,0 +1,215 @@
+/*-------------------------------------------------------------------------
+ *
+ * args.c
+ *	  Checking the arguments of dlock's SQL functions.
+ *
+ * Every function is declared CALLED ON NULL INPUT so that a NULL where a
+ * value is required is an error (22004) rather than a silent NULL result.
+ * All other bad input is 22023.  Checks run before anything is locked or
+ * written, so a rejected call changes nothing.
+ *
+ * Durations are turned into microseconds with overflow checks: an interval
+ * too large to add to a timestamp is reported as too long, never as an
+ * arithmetic overflow.  A day counts as 24 hours, because lease expiry is
+ * measured on the server's clock, not in a time zone's calendar.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/args.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "dlock.h"
+#include "dlock_compat.h"
+
+static void
+RequireNotNull(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", argname)));
+}
+
+/*
+ * ArgGetName - the lease name argument, checked
+ *
+ * The returned name points into the (detoasted) argument, which lives as
+ * long as the call.
+ */
+void
+ArgGetName(FunctionCallInfo fcinfo, int argno, LeaseName *name)
+{
+	text	   *t;
+	int			len;
+
+	RequireNotNull(fcinfo, argno, "lease name");
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease name must not be empty")));
+	if (len > DLOCK_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease name is too long"),
+				 errdetail("The name is %d bytes long; the limit is %d bytes.",
+						   len, DLOCK_MAX_NAME_BYTES)));
+	LeaseNameInit(name, VARDATA_ANY(t), len);
+}
+
+/*
+ * GenerateOwner - a random 128-bit owner, as 32 hex digits
+ */
+static char *
+GenerateOwner(void)
+{
+	uint8		bytes[16];
+	char	   *owner = palloc(sizeof(bytes) * 2 + 1);
+
+	if (!pg_strong_random(bytes, sizeof(bytes)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random owner")));
+	hex_encode((const char *) bytes, sizeof(bytes), owner);
+	owner[sizeof(bytes) * 2] = '\0';
+	return owner;
+}
+
+/*
+ * ArgGetOwner - the owner argument, checked; a fresh random owner for NULL
+ * when the function allows one (acquire), 22004 otherwise
+ */
+char *
+ArgGetOwner(FunctionCallInfo fcinfo, int argno, bool generate_if_null)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno) && generate_if_null)
+		return GenerateOwner();
+	RequireNotNull(fcinfo, argno, "owner");
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("owner must not be empty"),
+				 errhint("Pass NULL to have the server generate an owner.")));
+	if (len > DLOCK_MAX_OWNER_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("owner is too long"),
+				 errdetail("The owner is %d bytes long; the limit is %d bytes.",
+						   len, DLOCK_MAX_OWNER_BYTES)));
+	return text_to_cstring(t);
+}
+
+/*
+ * IntervalToMicros - total length of an interval without a month part
+ *
+ * Returns false when the total does not fit in 64 bits.
+ */
+static bool
+IntervalToMicros(const Interval *span, int64 *result)
+{
+	int64		day_part;
+
+	if (pg_mul_s64_overflow((int64) span->day, USECS_PER_DAY, &day_part))
+		return false;
+	return !pg_add_s64_overflow(day_part, span->time, result);
+}
+
+static void
+RejectMonths(const Interval *span, const char *argname)
+{
+#ifdef INTERVAL_NOT_FINITE
+	if (INTERVAL_NOT_FINITE(span))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be finite", argname)));
+#endif
+	if (span->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not have a month or year part", argname),
+				 errdetail("Months have no fixed length; give the %s in days, hours, minutes or seconds.",
+						   argname)));
+}
+
+/*
+ * ArgGetTTL - the ttl argument in microseconds: positive, and at most
+ * dlock.max_ttl
+ */
+int64
+ArgGetTTL(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+	int64		micros;
+
+	RequireNotNull(fcinfo, argno, "ttl");
+	span = PG_GETARG_INTERVAL_P(argno);
+	RejectMonths(span, "ttl");
+	if (!IntervalToMicros(span, &micros))
+		micros = span->day < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	if (micros <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive")));
+	if (micros > (int64) dlock_max_ttl * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl exceeds dlock.max_ttl"),
+				 errdetail("The longest allowed ttl is %d seconds.", dlock_max_ttl),
+				 errhint("Take a shorter ttl and renew the lease while it is needed.")));
+	return micros;
+}
+
+/*
+ * ArgGetTimeout - the timeout argument in microseconds; -1 for NULL (wait
+ * without limit), and also for a timeout too long to represent
+ */
+int64
+ArgGetTimeout(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+	int64		micros;
+
+	if (PG_ARGISNULL(argno))
+		return -1;
+	span = PG_GETARG_INTERVAL_P(argno);
+	RejectMonths(span, "timeout");
+	if (!IntervalToMicros(span, &micros))
+	{
+		if (span->day < 0)
+			micros = -1;		/* reported as negative just below */
+		else
+			return -1;
+	}
+	if (micros < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not be negative"),
+				 errhint("Pass NULL to wait without a limit, or 0 not to wait.")));
+	return micros;
+}
+
+/*
+ * ArgGetToken - the token argument of dlock.fence()
+ */
+int64
+ArgGetToken(FunctionCallInfo fcinfo, int argno)
+{
+	RequireNotNull(fcinfo, argno, "token");
+	return PG_GETARG_INT64(argno);
+}

@@ -1,0 +1,62 @@
+/*-------------------------------------------------------------------------
+ *
+ * dlock_compat.h
+ *	  Every PG_VERSION_NUM difference dlock meets, in one place.
+ *
+ * dlock targets PostgreSQL 15 and keeps building on 13 to 17.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/dlock_compat.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DLOCK_COMPAT_H
+#define DLOCK_COMPAT_H
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "utils/guc.h"
+
+#if PG_VERSION_NUM < 130000
+#error "dlock requires PostgreSQL 13 or later"
+#endif
+
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
+/* GUC prefix reservation was named EmitWarningsOnPlaceholders before 15 */
+#if PG_VERSION_NUM < 150000
+#define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
+#endif
+
+/* index_insert() gained the indexUnchanged hint in 14 */
+#if PG_VERSION_NUM >= 140000
+#define dlock_index_insert(irel, values, isnull, tid, hrel, check, unchanged, info) \
+	index_insert(irel, values, isnull, tid, hrel, check, unchanged, info)
+#else
+#define dlock_index_insert(irel, values, isnull, tid, hrel, check, unchanged, info) \
+	index_insert(irel, values, isnull, tid, hrel, check, info)
+#endif
+
+/*
+ * dlock_simple_heap_update - simple_heap_update(), returning whether the
+ * new version needs index entries (false for a HOT update)
+ */
+static inline bool
+dlock_simple_heap_update(Relation rel, ItemPointer otid, HeapTuple tuple)
+{
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+
+	simple_heap_update(rel, otid, tuple, &update_indexes);
+	return update_indexes == TU_All;
+#else
+	simple_heap_update(rel, otid, tuple);
+	return !HeapTupleIsHeapOnly(tuple);
+#endif
+}
+
+#endif							/* DLOCK_COMPAT_H */

@@ -1,0 +1,261 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_store.c
+ *	  Reading and writing lease rows of dlock.lease_state, and issuing tokens.
+ *
+ * The table is read and written directly through the heap and its primary
+ * key index, not through SPI, for two reasons:
+ *
+ *	- A grant must be made from the latest committed state of the row, also
+ *	  in a REPEATABLE READ or SERIALIZABLE transaction whose snapshot is older.
+ *	  Rows are therefore looked up with SnapshotSelf (committed or our own),
+ *	  which is exact because the caller holds the name's lock and every
+ *	  writer of the row held it until its commit became visible.  Such reads
+ *	  take no SSI predicate locks, so dlock calls on different names never
+ *	  cause serialization failures among themselves.
+ *	- The update replaces a tuple that the transaction snapshot may not see;
+ *	  an executor UPDATE would raise a serialization error there.
+ *
+ * Callers need no privileges on the table: access control is done by the
+ * SQL-callable functions, by role.
+ *
+ * Rows are never deleted by dlock: an ended lease stays as a marked row, so
+ * updates of a name's row stay on its page (HOT) and the index does not grow.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/lease_store.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "commands/sequence.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "dlock.h"
+#include "dlock_compat.h"
+
+#define DLOCK_SCHEMA		"dlock"
+#define LEASE_TABLE			"lease_state"
+#define LEASE_INDEX			"lease_state_pkey"
+#define TOKEN_SEQUENCE		"token_seq"
+
+/* Columns of dlock.lease_state, in the order dlock--1.0.sql creates them */
+#define Anum_lease_name			1
+#define Anum_lease_token		2
+#define Anum_lease_owner		3
+#define Anum_lease_holder_role	4
+#define Anum_lease_acquired_at	5
+#define Anum_lease_expires_at	6
+#define Anum_lease_ended_at		7
+#define Anum_lease_end_reason	8
+#define Natts_lease				8
+
+/*
+ * LookupDlockRelation - OID of one of dlock's relations, by schema and name
+ *
+ * No search_path is involved: the schema is fixed, and only the extension's
+ * owner can create objects in it.
+ */
+static Oid
+LookupDlockRelation(const char *relname)
+{
+	Oid			nspid = get_namespace_oid(DLOCK_SCHEMA, true);
+	Oid			relid = InvalidOid;
+
+	if (OidIsValid(nspid))
+		relid = get_relname_relid(relname, nspid);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("relation \"%s.%s\" of extension dlock does not exist",
+						DLOCK_SCHEMA, relname),
+				 errhint("Run CREATE EXTENSION dlock in this database.")));
+	return relid;
+}
+
+/*
+ * LeaseStoreOpen - open the lease table and its index
+ *
+ * lockmode is RowExclusiveLock for callers that may write, AccessShareLock
+ * for readers.  The relation locks are kept until the end of the transaction
+ * as the executor would keep them.
+ */
+void
+LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode)
+{
+	store->lockmode = lockmode;
+	store->heap = table_open(LookupDlockRelation(LEASE_TABLE), lockmode);
+	if (store->heap->rd_rel->relkind != RELKIND_RELATION ||
+		RelationGetDescr(store->heap)->natts != Natts_lease)
+		elog(ERROR, "relation \"%s.%s\" does not have the expected shape",
+			 DLOCK_SCHEMA, LEASE_TABLE);
+	store->index = index_open(LookupDlockRelation(LEASE_INDEX), lockmode);
+}
+
+void
+LeaseStoreClose(LeaseStore *store)
+{
+	index_close(store->index, NoLock);
+	table_close(store->heap, NoLock);
+}
+
+/*
+ * LeaseStoreFetch - read the latest committed row of a name
+ *
+ * The caller must hold the name's lock in some mode: that is what makes the
+ * answer current rather than a guess.  row->found is false when the name has
+ * never been granted.
+ */
+void
+LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
+{
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	text	   *key_text = cstring_to_text_with_len(name->data, name->len);
+
+	memset(row, 0, sizeof(LeaseRow));
+
+	/* ScanKeyInit compares under the "C" collation, the column's collation */
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(key_text));
+
+	slot = table_slot_create(store->heap, NULL);
+	scan = index_beginscan(store->heap, store->index, SnapshotSelf, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+
+		slot_getallattrs(slot);
+		row->found = true;
+		row->tid = slot->tts_tid;
+		row->token = DatumGetInt64(slot->tts_values[Anum_lease_token - 1]);
+		row->owner = TextDatumGetCString(slot->tts_values[Anum_lease_owner - 1]);
+		row->holder_role = DatumGetObjectId(slot->tts_values[Anum_lease_holder_role - 1]);
+		row->acquired_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_acquired_at - 1]);
+		row->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_expires_at - 1]);
+		isnull = slot->tts_isnull[Anum_lease_ended_at - 1];
+		row->ended = !isnull;
+		if (row->ended)
+		{
+			row->ended_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_ended_at - 1]);
+			row->end_reason = slot->tts_isnull[Anum_lease_end_reason - 1] ? "released" :
+				TextDatumGetCString(slot->tts_values[Anum_lease_end_reason - 1]);
+		}
+	}
+
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	pfree(key_text);
+}
+
+/*
+ * InsertIndexEntry - add the primary key entry for a new heap tuple
+ */
+static void
+InsertIndexEntry(LeaseStore *store, HeapTuple tuple, Datum name_datum,
+				 bool index_unchanged)
+{
+	IndexInfo  *index_info = BuildIndexInfo(store->index);
+	Datum		values[1];
+	bool		isnull[1];
+
+	values[0] = name_datum;
+	isnull[0] = false;
+	dlock_index_insert(store->index, values, isnull, &tuple->t_self,
+					   store->heap, UNIQUE_CHECK_YES, index_unchanged,
+					   index_info);
+	pfree(index_info);
+}
+
+/*
+ * LeaseStoreWrite - store a row as the name's new committed-to-be state
+ *
+ * Updates the row in place when row->found (the tid from LeaseStoreFetch),
+ * inserts it otherwise; on return row->found and row->tid describe the new
+ * version.  The caller holds the name's lock in a mode that excludes other
+ * writers, so the update cannot meet a concurrent one.
+ */
+void
+LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
+{
+	Datum		values[Natts_lease];
+	bool		nulls[Natts_lease];
+	HeapTuple	tuple;
+	text	   *name_text = cstring_to_text_with_len(name->data, name->len);
+
+	memset(nulls, false, sizeof(nulls));
+	values[Anum_lease_name - 1] = PointerGetDatum(name_text);
+	values[Anum_lease_token - 1] = Int64GetDatum(row->token);
+	values[Anum_lease_owner - 1] = CStringGetTextDatum(row->owner);
+	values[Anum_lease_holder_role - 1] = ObjectIdGetDatum(row->holder_role);
+	values[Anum_lease_acquired_at - 1] = TimestampTzGetDatum(row->acquired_at);
+	values[Anum_lease_expires_at - 1] = TimestampTzGetDatum(row->expires_at);
+	if (row->ended)
+	{
+		values[Anum_lease_ended_at - 1] = TimestampTzGetDatum(row->ended_at);
+		values[Anum_lease_end_reason - 1] = CStringGetTextDatum(row->end_reason);
+	}
+	else
+	{
+		nulls[Anum_lease_ended_at - 1] = true;
+		nulls[Anum_lease_end_reason - 1] = true;
+		values[Anum_lease_ended_at - 1] = (Datum) 0;
+		values[Anum_lease_end_reason - 1] = (Datum) 0;
+	}
+
+	tuple = heap_form_tuple(RelationGetDescr(store->heap), values, nulls);
+
+	if (row->found)
+	{
+		if (dlock_simple_heap_update(store->heap, &row->tid, tuple))
+			InsertIndexEntry(store, tuple, PointerGetDatum(name_text), true);
+	}
+	else
+	{
+		simple_heap_insert(store->heap, tuple);
+		InsertIndexEntry(store, tuple, PointerGetDatum(name_text), false);
+	}
+
+	row->found = true;
+	row->tid = tuple->t_self;
+	heap_freetuple(tuple);
+
+	/* Later reads and updates in this transaction must see this version */
+	CommandCounterIncrement();
+}
+
+/*
+ * LeaseStoreNextToken - the next fencing token, from dlock.token_seq
+ *
+ * The sequence is WAL-logged ahead of the values it hands out, and a grant's
+ * commit is flushed (see ForceSyncCommit in lease_api.c), so a token can
+ * never be handed out twice, not even across crash recovery.  Callers need
+ * no privilege on the sequence.
+ */
+int64
+LeaseStoreNextToken(void)
+{
+	return nextval_internal(LookupDlockRelation(TOKEN_SEQUENCE), false);
+}
