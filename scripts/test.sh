@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# make test: the whole suite (pg_regress, isolation, TAP) on throwaway
+# clusters, ending with a line "N passed, N failed".
+#
+# The source tree is copied to a temporary directory owned by the user that
+# runs the clusters; pg_regress and pg_isolation_regress each start a private
+# instance there (--temp-instance, unix socket only), and every TAP test
+# starts its own.  Nothing is left running.
+
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+ensure_packages
+build_and_install
+
+WORK=$(make_work_dir)
+trap 'rm -rf "$WORK"' EXIT
+rsync -a --exclude .git --exclude '*.o' --exclude '*.bc' --exclude '*.so' \
+    "$SRC_DIR/" "$WORK/src/"
+[ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/src"
+
+LOG=$WORK/test.log
+passed=0
+failed=0
+
+# run_suite TITLE MAKE-ARGS...: run one part of installcheck, count results
+run_suite() {
+    local title=$1 out rc
+    shift
+    say "$title"
+    out=$WORK/$title.out
+    set +e
+    as_run_user make -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" >"$out" 2>&1
+    rc=$?
+    set -e
+    cat "$out" >>"$LOG"
+    # pg_regress lines: "test name ... ok" (15) or "ok 1 - name" (16+);
+    # prove -v lines: "ok N - description" / "not ok N - description"
+    local ok bad
+    ok=$(grep -cE '\.\.\. ok|^ok [0-9]+ ' "$out" || true)
+    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || true)
+    sed -nE '/\.\.\. (ok|FAILED)|^(not )?ok [0-9]+ /p' "$out"
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+        bad=1
+        tail -n 30 "$out"
+    fi
+    for f in regression.diffs output_iso/regression.diffs; do
+        [ -s "$WORK/src/$f" ] && head -n 200 "$WORK/src/$f"
+    done
+    passed=$((passed + ok))
+    failed=$((failed + bad))
+}
+
+TEMP_INSTANCE="--temp-instance=$WORK/instance --temp-config=$WORK/src/test/temp-instance.conf"
+run_suite regress installcheck ISOLATION= TAP_TESTS= \
+    EXTRA_REGRESS_OPTS="$TEMP_INSTANCE"
+run_suite isolation installcheck REGRESS= TAP_TESTS= \
+    EXTRA_REGRESS_OPTS="$TEMP_INSTANCE"
+run_suite tap prove_installcheck PROVE_FLAGS=-v
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

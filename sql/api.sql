@@ -1,0 +1,175 @@
+--
+-- Every function of dlock, in one session: grants, the same owner asking
+-- again, renew, release, force_release, expiry, waiting, fence and the view.
+-- Tokens come from a fresh database, so their values are stable.
+--
+
+-- The objects the extension installs (the README's reference lists them)
+\dx+ dlock
+
+-- A log of every token granted below, to check that tokens only grow
+CREATE TABLE granted (seq serial, name text, token bigint);
+CREATE FUNCTION log_grant(l dlock.lease) RETURNS dlock.lease
+LANGUAGE sql AS $$ INSERT INTO granted (name, token) SELECT l.name, l.token WHERE l.token IS NOT NULL; SELECT l $$;
+
+--
+-- try_acquire
+--
+SELECT name, owner, token, expires_at - clock_timestamp() BETWEEN '9s' AND '10s' AS ttl_from_now
+  FROM log_grant(dlock.try_acquire('job:a', '10s', 'w1'));
+-- another owner: NULL at once
+SELECT dlock.try_acquire('job:a', '10s', 'w2') IS NULL AS refused;
+-- the same owner again: same token, new expiry
+SELECT name, owner, token, expires_at - clock_timestamp() BETWEEN '59s' AND '1min' AS extended
+  FROM dlock.try_acquire('job:a', '1min', 'w1');
+-- a shorter ttl from the same owner shortens the lease: the expiry is ttl from now
+SELECT token, expires_at - clock_timestamp() BETWEEN '4s' AND '5s' AS shortened
+  FROM dlock.try_acquire('job:a', '5s', 'w1');
+-- no owner given: the server generates a random 128-bit one
+SELECT owner ~ '^[0-9a-f]{32}$' AS generated, token
+  FROM log_grant(dlock.try_acquire('job:b', '10s'));
+SELECT a.owner <> b.owner AS distinct_owners
+  FROM dlock.try_acquire('job:c1', '10s') a, dlock.try_acquire('job:c2', '10s') b;
+-- a generated owner never matches the holder, so the lease is not extended
+SELECT dlock.try_acquire('job:b', '10s') IS NULL AS refused;
+
+--
+-- renew
+--
+SELECT name, owner, token, expires_at - clock_timestamp() BETWEEN '29s' AND '30s' AS renewed
+  FROM dlock.renew('job:a', 'w1', '30s');
+SELECT dlock.renew('job:a', 'w2', '30s') IS NULL AS not_holder;
+SELECT dlock.renew('never:granted', 'w1', '30s') IS NULL AS never_granted;
+
+--
+-- release: compare-and-release
+--
+SELECT dlock.release('job:a', 'w2') AS wrong_owner;
+SELECT dlock.release('never:granted', 'w1') AS never_granted;
+SELECT dlock.release('job:a', 'w1') AS released;
+SELECT dlock.release('job:a', 'w1') AS released_twice;
+SELECT dlock.renew('job:a', 'w1', '30s') IS NULL AS renew_after_release;
+-- the next grant, even to the same owner, gets a new, larger token
+SELECT name, owner, token FROM log_grant(dlock.try_acquire('job:a', '10s', 'w1'));
+
+--
+-- fence
+--
+SELECT dlock.fence('job:a', 5) AS current_token,
+       dlock.fence('job:a', 1) AS old_token,
+       dlock.fence('job:a', 6) AS future_token,
+       dlock.fence('never:granted', 1) AS never_granted;
+
+-- A guarded write: only the current token's UPDATE changes the row
+CREATE TABLE accounts (id int PRIMARY KEY, balance int);
+INSERT INTO accounts VALUES (77, 1000);
+UPDATE accounts SET balance = balance - 120 WHERE id = 77 AND dlock.fence('job:a', 1);
+UPDATE accounts SET balance = balance - 120 WHERE id = 77 AND dlock.fence('job:a', 5);
+SELECT balance FROM accounts;
+
+-- Per-row calls over many rows give one answer for all of them
+CREATE TABLE many (id int, v int);
+INSERT INTO many SELECT g, 0 FROM generate_series(1, 100000) g;
+UPDATE many SET v = 1 WHERE dlock.fence('job:a', 5);
+UPDATE many SET v = 2 WHERE dlock.fence('job:a', 4);
+SELECT v, count(*) FROM many GROUP BY v;
+
+-- A true fence holds the name's lock (AccessShareLock in dlock's tag space,
+-- objsubid 17484) until the transaction ends; a false one holds nothing
+BEGIN;
+SELECT dlock.fence('job:a', 5);
+SELECT locktype, mode, objsubid, granted FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+COMMIT;
+BEGIN;
+SELECT dlock.fence('job:a', 4);
+SELECT count(*) AS dlock_locks FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+COMMIT;
+
+-- Application advisory locks live in another key space: no interference
+SELECT pg_try_advisory_lock(0, 0) AS app_lock, dlock.fence('job:a', 5) AS fence;
+SELECT pg_advisory_unlock(0, 0);
+
+--
+-- expiry, on the server's clock
+--
+SELECT token AS short_token FROM log_grant(dlock.try_acquire('job:short', '100ms', 'w1')) \gset
+SELECT dlock.fence('job:short', :short_token) AS live_before;
+SELECT pg_sleep(0.2);
+SELECT state FROM dlock.leases WHERE name = 'job:short';
+SELECT dlock.fence('job:short', :short_token) AS live_after,
+       dlock.renew('job:short', 'w1', '10s') IS NULL AS renew_refused,
+       dlock.release('job:short', 'w1') AS release_refused;
+-- the lease is free: another owner gets a new token
+SELECT owner, token FROM log_grant(dlock.try_acquire('job:short', '10s', 'w2'));
+-- the old holder asking again after expiry gets no lease while w2 holds it
+SELECT dlock.try_acquire('job:short', '10s', 'w1') IS NULL AS refused;
+
+--
+-- acquire: waiting
+--
+-- free name: granted at once, timeout or not
+SELECT owner, token FROM log_grant(dlock.acquire('job:d', '10s', 'w1'));
+SELECT owner, token FROM log_grant(dlock.acquire('job:e', '10s', 'w1', '0'));
+-- same owner: extended at once
+SELECT owner, token FROM dlock.acquire('job:d', '10s', 'w1', '0');
+-- timeout 0 does not wait
+SELECT dlock.acquire('job:d', '10s', 'w2', '0');
+-- a timeout waits, then raises lock_not_available
+SELECT clock_timestamp() AS t0 \gset
+\set VERBOSITY default
+DO $$
+BEGIN
+  PERFORM dlock.acquire('job:d', '10s', 'w2', '300ms');
+EXCEPTION WHEN lock_not_available THEN
+  RAISE NOTICE 'timed out: %', SQLERRM;
+END $$;
+SELECT clock_timestamp() - :'t0' >= '300ms' AS waited_for_timeout;
+-- a waiter is granted once the holder's lease expires, without a release
+SELECT owner, token FROM log_grant(dlock.acquire('job:f', '300ms', 'w1'));
+SELECT clock_timestamp() AS t0 \gset
+SELECT owner, token FROM log_grant(dlock.acquire('job:f', '10s', 'w2', '5s'));
+SELECT clock_timestamp() - :'t0' >= '250ms' AS waited_for_expiry;
+-- statement_timeout ends an unbounded wait
+SET statement_timeout = '200ms';
+SELECT dlock.acquire('job:f', '10s', 'w3');
+RESET statement_timeout;
+
+--
+-- force_release
+--
+SELECT token AS g_token FROM log_grant(dlock.try_acquire('job:g', '1h', 'w1')) \gset
+SELECT dlock.fence('job:g', :g_token) AS live_before_force;
+SELECT dlock.force_release('job:g') AS forced;
+SELECT dlock.force_release('job:g') AS forced_twice;
+SELECT dlock.force_release('never:granted') AS never_granted;
+SELECT dlock.fence('job:g', :g_token) AS old_token_fenced_off,
+       dlock.release('job:g', 'w1') AS holder_release,
+       dlock.renew('job:g', 'w1', '1s') IS NULL AS holder_renew_refused;
+SELECT owner, token FROM log_grant(dlock.try_acquire('job:g', '1h', 'w2'));
+
+--
+-- the view
+--
+SELECT dlock.release('job:f', 'w2');
+SELECT dlock.try_acquire('job:x', '1ms', 'w1') IS NOT NULL AS granted;
+SELECT pg_sleep(0.01);
+SELECT dlock.try_acquire('job:y', '1h', 'w1') IS NOT NULL AS granted;
+SELECT dlock.force_release('job:y');
+SELECT name, token, owner, holder_role, state,
+       acquired_at <= expires_at AS ordered,
+       (ended_at IS NOT NULL) = (state IN ('released', 'force_released')) AS ended_marked
+  FROM dlock.leases
+ WHERE name IN ('job:a', 'job:f', 'job:x', 'job:y')
+ ORDER BY name;
+
+--
+-- Tokens only grow, across names, in grant order
+--
+SELECT count(*) AS grants,
+       bool_and(token > prev) AS strictly_increasing
+  FROM (SELECT token, lag(token, 1, 0::bigint) OVER (ORDER BY seq) AS prev FROM granted) g;
+
+DROP TABLE granted, accounts, many;
+DROP FUNCTION log_grant(dlock.lease);

@@ -1,0 +1,125 @@
+--
+-- Lease changes are transactional: an acquire, renew or release in a
+-- transaction that rolls back changes nothing.  Also: savepoints, the fence
+-- pin's lifetime, and every isolation level, in one session (races between
+-- sessions are in specs/).
+--
+
+-- A rolled-back grant leaves no lease; its token is never reused
+BEGIN;
+SELECT token AS rolled_back_token FROM dlock.try_acquire('tx:a', '1h', 'w1') \gset
+SELECT state FROM dlock.leases WHERE name = 'tx:a';
+ROLLBACK;
+SELECT count(*) AS rows_after_rollback FROM dlock.leases WHERE name = 'tx:a';
+SELECT dlock.fence('tx:a', :rolled_back_token) AS rolled_back_token_valid;
+SELECT token > :rolled_back_token AS next_token_larger FROM dlock.try_acquire('tx:a', '1h', 'w1');
+
+-- A rolled-back renew keeps the old expiry
+SELECT expires_at AS expiry_before FROM dlock.leases WHERE name = 'tx:a' \gset
+BEGIN;
+SELECT expires_at > :'expiry_before' AS extended FROM dlock.renew('tx:a', 'w1', '1 day');
+ROLLBACK;
+SELECT expires_at = :'expiry_before' AS expiry_unchanged FROM dlock.leases WHERE name = 'tx:a';
+
+-- A rolled-back release or force_release leaves the lease live
+BEGIN;
+SELECT dlock.release('tx:a', 'w1') AS released;
+SELECT state FROM dlock.leases WHERE name = 'tx:a';
+ROLLBACK;
+BEGIN;
+SELECT dlock.force_release('tx:a') AS forced;
+ROLLBACK;
+SELECT state, owner FROM dlock.leases WHERE name = 'tx:a';
+
+-- A rolled-back same-owner re-acquire keeps the old expiry too
+BEGIN;
+SELECT token IS NOT NULL AS extended FROM dlock.try_acquire('tx:a', '1 day', 'w1');
+ROLLBACK;
+SELECT expires_at = :'expiry_before' AS expiry_unchanged FROM dlock.leases WHERE name = 'tx:a';
+
+-- Savepoints: a grant rolled back to a savepoint is gone, the rest stays
+BEGIN;
+SELECT dlock.try_acquire('tx:b', '1h', 'w1') IS NOT NULL AS granted_b;
+SAVEPOINT s1;
+SELECT dlock.try_acquire('tx:c', '1h', 'w1') IS NOT NULL AS granted_c;
+ROLLBACK TO SAVEPOINT s1;
+COMMIT;
+SELECT name, state FROM dlock.leases WHERE name IN ('tx:b', 'tx:c') ORDER BY name;
+
+-- An error inside a PL/pgSQL block rolls back the grant made in it
+DO $$
+BEGIN
+  BEGIN
+    PERFORM dlock.try_acquire('tx:d', '1h', 'w1');
+    RAISE EXCEPTION 'job failed';
+  EXCEPTION WHEN raise_exception THEN
+    RAISE NOTICE 'caught: %', SQLERRM;
+  END;
+END $$;
+SELECT count(*) AS tx_d_rows FROM dlock.leases WHERE name = 'tx:d';
+
+-- The fence pin belongs to the whole transaction: rolling back the savepoint
+-- where fence() was called keeps the name's lock until commit
+SELECT token AS b_token FROM dlock.leases WHERE name = 'tx:b' \gset
+BEGIN;
+SAVEPOINT s1;
+SELECT dlock.fence('tx:b', :b_token) AS fenced;
+ROLLBACK TO SAVEPOINT s1;
+SELECT mode, granted FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+SELECT dlock.fence('tx:b', :b_token) AS still_fenced;
+COMMIT;
+SELECT count(*) AS locks_after_commit FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+
+-- A change made by the same transaction is seen by its next fence() call
+BEGIN;
+SELECT dlock.fence('tx:b', :b_token) AS before_release;
+SELECT dlock.release('tx:b', 'w1') AS released;
+SELECT dlock.fence('tx:b', :b_token) AS after_release;
+SELECT token AS b2_token FROM dlock.try_acquire('tx:b', '1h', 'w2') \gset
+SELECT dlock.fence('tx:b', :b2_token) AS new_token,
+       dlock.fence('tx:b', :b_token) AS old_token;
+COMMIT;
+
+-- The expiry comes from the server's clock at the moment of the grant, not
+-- from the start of a long transaction
+BEGIN;
+SELECT pg_sleep(0.3);
+SELECT expires_at - clock_timestamp() > '59s' AS expiry_from_grant_time,
+       expires_at - now() > '1min 0.25s' AS not_from_now
+  FROM dlock.try_acquire('tx:e', '1min', 'w1');
+COMMIT;
+
+-- Every isolation level: a full cycle inside one transaction
+CREATE TABLE level_tokens (seq serial, level text, step int, token bigint);
+BEGIN ISOLATION LEVEL READ COMMITTED;
+INSERT INTO level_tokens (level, step, token) SELECT 'read committed', 1, token FROM dlock.try_acquire('tx:lvl', '1h', 'rc');
+SELECT dlock.release('tx:lvl', 'rc');
+INSERT INTO level_tokens (level, step, token) SELECT 'read committed', 2, token FROM dlock.try_acquire('tx:lvl', '1h', 'rc2');
+SELECT dlock.release('tx:lvl', 'rc2');
+COMMIT;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+INSERT INTO level_tokens (level, step, token) SELECT 'repeatable read', 1, token FROM dlock.try_acquire('tx:lvl', '1h', 'rr');
+SELECT dlock.release('tx:lvl', 'rr');
+INSERT INTO level_tokens (level, step, token) SELECT 'repeatable read', 2, token FROM dlock.try_acquire('tx:lvl', '1h', 'rr2');
+SELECT dlock.release('tx:lvl', 'rr2');
+COMMIT;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+INSERT INTO level_tokens (level, step, token) SELECT 'serializable', 1, token FROM dlock.try_acquire('tx:lvl', '1h', 'sr');
+SELECT dlock.release('tx:lvl', 'sr');
+INSERT INTO level_tokens (level, step, token) SELECT 'serializable', 2, token FROM dlock.try_acquire('tx:lvl', '1h', 'sr2');
+SELECT dlock.fence('tx:lvl', (SELECT token FROM level_tokens WHERE level = 'serializable' AND step = 2)) AS fenced;
+COMMIT;
+SELECT count(*) AS grants, bool_and(token > prev) AS strictly_increasing
+  FROM (SELECT token, lag(token, 1, 0::bigint) OVER (ORDER BY seq) AS prev
+          FROM level_tokens) t;
+DROP TABLE level_tokens;
+
+-- Two-phase commit: a prepared grant holds the name until COMMIT PREPARED
+BEGIN;
+SELECT dlock.try_acquire('tx:2pc', '1h', 'w1') IS NOT NULL AS granted;
+PREPARE TRANSACTION 'dlock_2pc';
+SELECT dlock.try_acquire('tx:2pc', '1h', 'w2') IS NULL AS refused_while_prepared;
+COMMIT PREPARED 'dlock_2pc';
+SELECT owner, state FROM dlock.leases WHERE name = 'tx:2pc';
