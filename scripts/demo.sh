@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# make demo: the double-debit story, on a throwaway cluster.
+#
+# Two workers debit account 77 under the lease "account:77".  Worker 1 takes
+# the lease with a 2-second ttl, then stalls for 3 seconds (a GC pause, a
+# slow call) before it writes.  Its lease expires meanwhile; worker 2, which
+# was waiting in dlock.acquire(), is granted the name with a newer token,
+# debits and releases.  Worker 1 wakes up and writes with its old token:
+# dlock.fence() in the WHERE clause refuses the write.  The account is
+# debited exactly once.
+
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+ensure_packages
+build_and_install
+
+WORK=$(make_work_dir)
+PGDATA=$WORK/data
+PORT=54329
+PID=
+
+cleanup() {
+    if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
+        kill -INT "$PID"               # fast shutdown of the postmaster we started
+        while kill -0 "$PID" 2>/dev/null; do sleep 0.1; done
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+say "starting a throwaway cluster (unix socket in $WORK only)"
+as_run_user "$PG_BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >/dev/null
+as_run_user "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$WORK/server.log" -w \
+    -o "-c listen_addresses='' -k $WORK -p $PORT" start >/dev/null
+PID=$(head -n 1 "$PGDATA/postmaster.pid")
+
+sql() { as_run_user psql -X -q -A -t -h "$WORK" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+t0=$(date +%s%N)
+stamp() {
+    local cs=$((($(date +%s%N) - t0) / 10000000))
+    printf '%3d.%02ds' $((cs / 100)) $((cs % 100))
+}
+tell() { printf '[%s] %-9s %s\n' "$(stamp)" "$1" "$2"; }
+
+sql <<'EOF'
+CREATE EXTENSION dlock;
+CREATE TABLE accounts (id int PRIMARY KEY, balance numeric NOT NULL);
+INSERT INTO accounts VALUES (77, 500);
+EOF
+tell setup "account 77 has balance $(sql -c 'SELECT balance FROM accounts WHERE id = 77')"
+
+worker1() {
+    local token
+    token=$(sql -c "SELECT token FROM dlock.acquire('account:77', '2s', 'worker-1')")
+    tell worker-1 "acquired account:77 with token $token (ttl 2s)"
+    tell worker-1 "reads balance $(sql -c 'SELECT balance FROM accounts WHERE id = 77'), decides to debit 120"
+    tell worker-1 "stalls for 3s (GC pause) ..."
+    sleep 3
+    tell worker-1 "wakes up and debits 120 with its old token $token:"
+    tell worker-1 "  UPDATE accounts SET balance = balance - 120 WHERE id = 77 AND dlock.fence('account:77', $token)"
+    local result
+    result=$(sql -c "UPDATE accounts SET balance = balance - 120
+                     WHERE id = 77 AND dlock.fence('account:77', $token)
+                     RETURNING 'changed'" | wc -l)
+    tell worker-1 "  -> $result row(s) changed: the fence refused the stale write"
+    tell worker-1 "release with its owner: $(sql -c "SELECT dlock.release('account:77', 'worker-1')") (it no longer holds the lease)"
+}
+
+worker2() {
+    sleep 0.5
+    tell worker-2 "waits in dlock.acquire('account:77', '30s', 'worker-2', timeout => '10s') ..."
+    local token
+    token=$(sql -c "SELECT token FROM dlock.acquire('account:77', '30s', 'worker-2', timeout => '10s')")
+    tell worker-2 "granted account:77 with token $token: worker 1's lease expired"
+    tell worker-2 "debits 120 under dlock.fence('account:77', $token)"
+    local result
+    result=$(sql -c "UPDATE accounts SET balance = balance - 120
+                     WHERE id = 77 AND dlock.fence('account:77', $token)
+                     RETURNING 'changed'" | wc -l)
+    tell worker-2 "  -> $result row(s) changed"
+    tell worker-2 "releases: $(sql -c "SELECT dlock.release('account:77', 'worker-2')")"
+}
+
+worker1 &
+w1=$!
+worker2 &
+w2=$!
+wait "$w1" "$w2"
+
+balance=$(sql -c 'SELECT balance FROM accounts WHERE id = 77')
+tell result "balance of account 77: $balance (500 - 120: debited exactly once)"
+tell result "(a lock without the fence would have let worker 1's write through: 260)"
+tell result "leases:"
+sql -P tuples_only=off -P footer=off -P format=aligned -c "SELECT name, token, owner, state FROM dlock.leases" | sed 's/^/            /'
+if [ "$balance" != "380" ]; then
+    echo "demo failed: expected balance 380" >&2
+    exit 1
+fi
+say "done; stopping the throwaway cluster"
