@@ -31,10 +31,13 @@ CREATE TABLE dlock.lease_state (
   acquired_at timestamptz NOT NULL,
   expires_at  timestamptz NOT NULL,
   ended_at    timestamptz,
-  end_reason  text
+  end_reason  text,
+  lock_delay  interval NOT NULL,
+  session_bound boolean NOT NULL,
+  holder_pid  integer
 ) WITH (fillfactor = 50);
 COMMENT ON TABLE dlock.lease_state IS
-  'Lease of each name: token, owner, holder role, expiry; ended_at/end_reason once released or force-released. Read dlock.leases instead.';
+  'Lease of each name: token, owner, holder role, expiry, lock-delay, session binding; ended_at/end_reason once released or force-released. Read dlock.leases instead.';
 REVOKE ALL ON TABLE dlock.lease_state FROM PUBLIC;
 
 -- pg_dump carries the leases and the counter
@@ -59,22 +62,26 @@ COMMENT ON TYPE dlock.lease IS
 -- dlock.fence() does not, because it runs once per row of a guarded UPDATE
 -- and a SET clause would cost a settings save and restore per call.
 --
-CREATE FUNCTION dlock.try_acquire(name text, ttl interval, owner text DEFAULT NULL)
+CREATE FUNCTION dlock.try_acquire(name text, ttl interval, owner text DEFAULT NULL,
+                                  lock_delay interval DEFAULT NULL,
+                                  session_bound boolean DEFAULT false)
 RETURNS dlock.lease
 AS 'MODULE_PATHNAME', 'dlock_try_acquire'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION dlock.try_acquire(text, interval, text) IS
-  'Grants a lease of name for ttl at once, or returns NULL when another owner holds it or it is being changed; never blocks. NULL owner: the server generates one.';
+COMMENT ON FUNCTION dlock.try_acquire(text, interval, text, interval, boolean) IS
+  'Grants a lease of name for ttl at once, or returns NULL when another owner holds it, it is being changed, it is in its lock-delay, or others wait for it; never blocks. NULL owner: the server generates one. lock_delay NULL: dlock.default_lock_delay.';
 
 CREATE FUNCTION dlock.acquire(name text, ttl interval, owner text DEFAULT NULL,
-                              timeout interval DEFAULT NULL)
+                              timeout interval DEFAULT NULL,
+                              lock_delay interval DEFAULT NULL,
+                              session_bound boolean DEFAULT false)
 RETURNS dlock.lease
 AS 'MODULE_PATHNAME', 'dlock_acquire'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION dlock.acquire(text, interval, text, interval) IS
-  'Grants a lease of name for ttl, waiting until it is free; timeout NULL waits until cancelled, 0 does not wait; raises 55P03 when the timeout passes.';
+COMMENT ON FUNCTION dlock.acquire(text, interval, text, interval, interval, boolean) IS
+  'Grants a lease of name for ttl, waiting in arrival order until it is free; timeout NULL waits until cancelled, 0 does not wait; raises 55P03 when the timeout passes.';
 
 CREATE FUNCTION dlock.renew(name text, owner text, ttl interval)
 RETURNS dlock.lease
@@ -107,6 +114,14 @@ LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION dlock.fence(text, bigint) IS
   'True iff token is the current live grant of name. Once true, no new grant of name can commit until this transaction ends. Put it in the WHERE clause of the writes the lease guards.';
 
+CREATE FUNCTION dlock.holder_alive(token bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'dlock_holder_alive'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION dlock.holder_alive(bigint) IS
+  'Whether the backend bound to the session-bound lease with this token still runs (true on a standby, where that is not known). Used by dlock.leases.';
+
 --
 -- dlock.leases: every name's lease, with its state on the server's clock.
 -- owner is shown only for leases whose holder role the caller may act for.
@@ -119,11 +134,22 @@ SELECT s.name,
        s.holder_role,
        s.acquired_at,
        s.expires_at,
-       CASE WHEN s.ended_at IS NOT NULL THEN s.end_reason
-            WHEN s.expires_at <= pg_catalog.clock_timestamp() THEN 'expired'
-            ELSE 'live' END AS state,
-       s.ended_at
-  FROM dlock.lease_state s;
+       st.state,
+       s.ended_at,
+       CASE st.state
+            WHEN 'released' THEN s.ended_at
+            WHEN 'session_ended' THEN NULL
+            WHEN 'force_released' THEN s.ended_at + s.lock_delay
+            ELSE s.expires_at + s.lock_delay END AS grantable_at,
+       s.lock_delay,
+       s.session_bound,
+       s.holder_pid
+  FROM dlock.lease_state s,
+       LATERAL (SELECT CASE
+                  WHEN s.ended_at IS NOT NULL THEN s.end_reason
+                  WHEN s.session_bound AND NOT dlock.holder_alive(s.token) THEN 'session_ended'
+                  WHEN s.expires_at <= pg_catalog.clock_timestamp() THEN 'expired'
+                  ELSE 'live' END AS state) st;
 COMMENT ON VIEW dlock.leases IS
-  'Leases by name. state: live, expired, released or force_released. owner is NULL unless the caller has the privileges of holder_role.';
+  'Leases by name. state: live, expired, released, force_released or session_ended. grantable_at: when the name can next be granted without a release (NULL: now).';
 GRANT SELECT ON dlock.leases TO PUBLIC;

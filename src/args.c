@@ -205,6 +205,44 @@ ArgGetTimeout(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * ArgGetLockDelay - the lock_delay argument in microseconds; NULL means the
+ * dlock.default_lock_delay setting
+ */
+int64
+ArgGetLockDelay(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+	int64		micros;
+
+	if (PG_ARGISNULL(argno))
+		return (int64) dlock_default_lock_delay * 1000;
+	span = PG_GETARG_INTERVAL_P(argno);
+	RejectMonths(span, "lock_delay");
+	if (!IntervalToMicros(span, &micros))
+		micros = span->day < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	if (micros < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay must not be negative")));
+	if (micros > (int64) dlock_max_ttl * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay exceeds dlock.max_ttl"),
+				 errdetail("The longest allowed lock_delay is %d seconds.", dlock_max_ttl)));
+	return micros;
+}
+
+/*
+ * ArgGetBool - a boolean argument that must not be NULL
+ */
+bool
+ArgGetBool(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	RequireNotNull(fcinfo, argno, argname);
+	return PG_GETARG_BOOL(argno);
+}
+
+/*
  * ArgGetToken - the token argument of dlock.fence()
  */
 int64

@@ -3,9 +3,11 @@
  * dlock.c
  *	  Module entry point of dlock: leased, fenced locks for SQL.
  *
- * Loading the module defines dlock's settings and registers the
- * end-of-transaction cleanup of the fence cache.  dlock needs no shared
- * memory, so it works without shared_preload_libraries.
+ * Loading the module defines dlock's settings and registers its
+ * end-of-transaction work (fence cache, wake-ups, session-bound leases).
+ * dlock keeps no shared memory of its own: waiters queue in the lock
+ * manager and are woken through their latches, so it works the same with
+ * and without shared_preload_libraries.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -26,6 +28,9 @@ PG_MODULE_MAGIC;
 
 /* dlock.max_ttl: the longest ttl a grant or renew may ask for, in seconds */
 int			dlock_max_ttl = 86400;
+
+/* dlock.default_lock_delay: lock-delay of grants that do not give one, in ms */
+int			dlock_default_lock_delay = 0;
 
 void		_PG_init(void);
 
@@ -48,7 +53,22 @@ _PG_init(void)
 							NULL,
 							NULL);
 
+	DefineCustomIntVariable("dlock.default_lock_delay",
+							"Sets the lock-delay of grants that do not give one.",
+							"After a lease ends by expiry or force_release, its name is not granted again until the lock-delay has passed.",
+							&dlock_default_lock_delay,
+							0,
+							0,
+							INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL,
+							NULL,
+							NULL);
+
 	MarkGUCPrefixReserved("dlock");
 
 	FenceXactCallbackInit();
+	WaitingXactCallbackInit();
+	SessionXactCallbackInit();
 }

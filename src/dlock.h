@@ -36,20 +36,26 @@
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "storage/itemptr.h"
-#include "storage/lockdefs.h"
+#include "storage/lock.h"
 #include "utils/relcache.h"
 
 /*
- * Value of LOCKTAG.locktag_field4 for dlock's name locks.  Core advisory
- * locks use 1 (one bigint key) and 2 (two int4 keys), so no call of
- * pg_advisory_lock() can ever collide with a dlock name.  pg_locks shows
- * these locks with locktype 'advisory' and objsubid 17484 ("DL").
+ * dlock's lock spaces: values of LOCKTAG.locktag_field4.  Core advisory locks
+ * use 1 (one bigint key) and 2 (two int4 keys), so no pg_advisory_lock() call
+ * can collide with dlock.  pg_locks shows them with locktype 'advisory',
+ * classid/objid = the high/low 32 bits of the key, and objsubid = the space.
  */
-#define DLOCK_LOCKTAG_CLASS		0x444C
+typedef enum DlockLockSpace
+{
+	DLOCK_SPACE_NAME = 17484,	/* key: name hash; serializes a name's state */
+	DLOCK_SPACE_QUEUE = 17485,	/* key: name hash; the FIFO queue of waiters */
+	DLOCK_SPACE_SESSION = 17486 /* key: token; held by a session-bound holder */
+} DlockLockSpace;
 
 #define DLOCK_FENCE_LOCKMODE	AccessShareLock
 #define DLOCK_CHANGE_LOCKMODE	ShareUpdateExclusiveLock
 #define DLOCK_GRANT_LOCKMODE	AccessExclusiveLock
+#define DLOCK_QUEUE_LOCKMODE	ExclusiveLock
 
 /* Documented limits on the text arguments, in bytes */
 #define DLOCK_MAX_NAME_BYTES	1024
@@ -57,6 +63,17 @@
 
 /* GUCs (dlock.c) */
 extern int	dlock_max_ttl;		/* seconds */
+extern int	dlock_default_lock_delay;	/* milliseconds */
+
+/*
+ * How long a call may wait: not at all, until a deadline, or (deadline =
+ * DT_NOEND) until cancelled.
+ */
+typedef struct WaitLimit
+{
+	bool		wait;
+	TimestampTz deadline;
+} WaitLimit;
 
 /*
  * A lease name as the C code passes it around: the bytes of the text value,
@@ -71,7 +88,9 @@ typedef struct LeaseName
 
 /* name_lock.c */
 extern void LeaseNameInit(LeaseName *name, const char *data, int len);
-extern bool NameLockAcquire(const LeaseName *name, LOCKMODE mode, bool wait);
+extern void DlockLockTag(LOCKTAG *tag, DlockLockSpace space, uint64 key);
+extern bool LockAcquireWithin(const LOCKTAG *tag, LOCKMODE mode, WaitLimit limit);
+extern bool NameLockAcquire(const LeaseName *name, LOCKMODE mode, WaitLimit limit);
 extern void NameLockRelease(const LeaseName *name, LOCKMODE mode);
 extern bool NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode);
 extern void NameLockReleaseForTransaction(const LeaseName *name, LOCKMODE mode);
@@ -82,6 +101,8 @@ extern char *ArgGetOwner(FunctionCallInfo fcinfo, int argno, bool generate_if_nu
 extern int64 ArgGetTTL(FunctionCallInfo fcinfo, int argno);
 extern int64 ArgGetTimeout(FunctionCallInfo fcinfo, int argno);
 extern int64 ArgGetToken(FunctionCallInfo fcinfo, int argno);
+extern int64 ArgGetLockDelay(FunctionCallInfo fcinfo, int argno);
+extern bool ArgGetBool(FunctionCallInfo fcinfo, int argno, const char *argname);
 
 /* One lease row as read from, or written to, dlock.lease_state */
 typedef struct LeaseRow
@@ -96,7 +117,13 @@ typedef struct LeaseRow
 	bool		ended;			/* released or force-released */
 	TimestampTz ended_at;
 	const char *end_reason;		/* "released" or "force_released" */
+	int64		lock_delay_us;	/* after expiry or force-release */
+	bool		session_bound;	/* also ends when the holder's backend exits */
+	int32		holder_pid;		/* backend that took a session-bound lease */
 } LeaseRow;
+
+#define END_RELEASED		"released"
+#define END_FORCE_RELEASED	"force_released"
 
 /* The relations behind the lease store, opened for one call */
 typedef struct LeaseStore
@@ -113,12 +140,38 @@ extern void LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *
 extern void LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row);
 extern int64 LeaseStoreNextToken(void);
 
-/* A lease is live while it has not ended and its expiry lies ahead */
+/* lease_status.c: what a lease row means at a given moment */
+typedef enum LeaseStatus
+{
+	LEASE_FREE,					/* grantable now */
+	LEASE_LIVE,					/* held until *until, unless released */
+	LEASE_DELAYED				/* ended, in its lock-delay until *until */
+} LeaseStatus;
+
+extern LeaseStatus LeaseStatusAt(const LeaseRow *row, TimestampTz now, TimestampTz *until);
+
 static inline bool
 LeaseIsLive(const LeaseRow *row, TimestampTz now)
 {
-	return row->found && !row->ended && row->expires_at > now;
+	TimestampTz until;
+
+	return LeaseStatusAt(row, now, &until) == LEASE_LIVE;
 }
+
+/* session.c: session-bound leases */
+extern void SessionLeaseTake(const LeaseName *name, int64 token);
+extern void SessionLeaseForgetAtCommit(int64 token);
+extern bool SessionLeaseAlive(int64 token);
+extern void SessionLeasePrune(void);
+extern void SessionXactCallbackInit(void);
+
+/* waiting.c: the queue of waiters and their wake-ups */
+extern bool QueueJoin(const LeaseName *name, WaitLimit limit);
+extern void QueueLeave(const LeaseName *name);
+extern void WakeQueueHead(const LeaseName *name);
+extern void WakeQueueHeadAtCommit(const LeaseName *name);
+extern void SleepUntil(TimestampTz until, WaitLimit limit);
+extern void WaitingXactCallbackInit(void);
 
 /* fence.c */
 extern void FenceCacheReset(void);

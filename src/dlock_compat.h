@@ -59,4 +59,13 @@ dlock_simple_heap_update(Relation rel, ItemPointer otid, HeapTuple tuple)
 #endif
 }
 
+/* The PGPROC of a virtual transaction id's backend (procNumber since 17) */
+#if PG_VERSION_NUM >= 170000
+#include "storage/procarray.h"
+#define dlock_vxid_get_proc(vxid) ProcNumberGetProc((vxid).procNumber)
+#else
+#include "storage/sinvaladt.h"
+#define dlock_vxid_get_proc(vxid) BackendIdGetProc((vxid).backendId)
+#endif
+
 #endif							/* DLOCK_COMPAT_H */

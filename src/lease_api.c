@@ -7,7 +7,10 @@
  * Lease rules, all on the server's clock (GetCurrentTimestamp(), the value
  * clock_timestamp() returns, taken at the moment of the change):
  *
- *	- A lease is live from its grant until it expires or is released.
+ *	- A lease is live from its grant until it expires or is released (see
+ *	  lease_status.c for session-bound leases and lock-delay).
+ *	- Waiters queue per name in arrival order (waiting.c); only the head of
+ *	  the queue waits for the lease itself.
  *	- A grant of a name with no live lease issues a new token, larger than
  *	  every token issued before in this database.  It first waits, holding
  *	  DLOCK_GRANT_LOCKMODE, for every transaction that fenced a write under
@@ -41,6 +44,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -54,16 +58,17 @@ PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_force_release);
 
-/* Poll interval of a waiting acquire: doubles from the first to the last */
-#define WAIT_FIRST_SLEEP_US		1000
-#define WAIT_LAST_SLEEP_US		50000
+/* A head waiting for a session-bound holder looks again at least this often */
+#define SESSION_WAIT_SLICE_US	(100 * 1000)
 
 /* What one attempt to grant found */
 typedef enum GrantOutcome
 {
 	GRANT_DONE,					/* granted or extended: see the lease row */
 	GRANT_HELD,					/* another owner holds a live lease */
-	GRANT_BUSY					/* the name's lock was not available */
+	GRANT_DELAYED,				/* the lease ended and is in its lock-delay */
+	GRANT_BUSY,					/* the name's lock was not available in time */
+	GRANT_QUEUED				/* other waiters are ahead in the queue */
 } GrantOutcome;
 
 /* A request to acquire, as parsed from the arguments */
@@ -72,7 +77,19 @@ typedef struct GrantRequest
 	LeaseName	name;
 	char	   *owner;
 	int64		ttl_us;
+	int64		lock_delay_us;
+	bool		session_bound;
 } GrantRequest;
+
+/* Why and until when an attempt has to wait */
+typedef struct GrantWait
+{
+	TimestampTz until;			/* expiry, or end of lock-delay */
+	int64		session_token;	/* token of a live session-bound lease, or 0 */
+} GrantWait;
+
+static const WaitLimit NoWait = {false, 0};
+static const WaitLimit WaitForever = {true, DT_NOEND};
 
 /*
  * CheckLeasesWritable - leases can only change on a writable primary
@@ -173,8 +190,13 @@ ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 static void
 GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 {
-	int64		token = LeaseStoreNextToken();
+	int64		token;
 	TimestampTz now;
+
+	if (req->session_bound)
+		SessionLeasePrune();
+
+	token = LeaseStoreNextToken();
 
 	/*
 	 * The counter can only be behind the table if someone reset it by hand
@@ -197,81 +219,105 @@ GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 	row->expires_at = ExpiryAfter(now, req->ttl_us);
 	row->ended = false;
 	row->end_reason = NULL;
+	row->lock_delay_us = req->lock_delay_us;
+	row->session_bound = req->session_bound;
+	row->holder_pid = req->session_bound ? MyProcPid : 0;
 	WriteChange(store, &req->name, row);
+
+	if (req->session_bound)
+		SessionLeaseTake(&req->name, token);
 
 	ForceSyncCommit();
 }
 
 /*
- * AttemptGrant - one attempt to grant or extend a lease
- *
- * With wait = false nothing blocks: GRANT_BUSY means the name is being
- * changed right now, or a transaction still has writes fenced under a
- * previous grant.  With wait = true the attempt waits in the lock manager
- * for both (cancellable, subject to lock_timeout and deadlock detection),
- * and returns GRANT_HELD only when another owner holds a live lease, whose
- * expiry is then in *held_until.
+ * Refusal - release the change lock and report why an attempt must wait
  */
 static GrantOutcome
-AttemptGrant(const GrantRequest *req, bool wait, LeaseRow *row,
-			 TimestampTz *held_until)
+Refusal(LeaseStore *store, const LeaseName *name, LOCKMODE held,
+		LeaseStatus status, const LeaseRow *row, TimestampTz until,
+		GrantWait *wait)
+{
+	NameLockRelease(name, held);
+	LeaseStoreClose(store);
+	wait->until = until;
+	wait->session_token = 0;
+	if (status == LEASE_LIVE)
+	{
+		if (row->session_bound)
+			wait->session_token = row->token;
+		return GRANT_HELD;
+	}
+	return GRANT_DELAYED;
+}
+
+/*
+ * AttemptGrant - one attempt to grant or extend a lease
+ *
+ * Lock waits (for a transaction that is changing the name, or one that
+ * fenced a write under the previous token) happen in the lock manager
+ * within limit; GRANT_BUSY when they do not end in time.  GRANT_HELD and
+ * GRANT_DELAYED say, in *wait, until when the name is not grantable.  With
+ * extend_only, only the same owner's live lease is extended.
+ */
+static GrantOutcome
+AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
+			 LeaseRow *row, GrantWait *wait)
 {
 	LeaseStore	store;
 	const LeaseName *name = &req->name;
 	TimestampTz now;
+	TimestampTz until = DT_NOEND;
+	LeaseStatus status;
 
-	if (!NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, wait))
+	if (!NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, limit))
 		return GRANT_BUSY;
 
 	LeaseStoreOpen(&store, RowExclusiveLock);
 	LeaseStoreFetch(&store, name, row);
 	now = GetCurrentTimestamp();
+	status = LeaseStatusAt(row, now, &until);
 
-	if (LeaseIsLive(row, now))
+	if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
 	{
-		if (IsSameHolder(row, req->owner))
-		{
-			ExtendLease(&store, name, row, req->ttl_us, now);
-			LeaseStoreClose(&store);
-			return GRANT_DONE;
-		}
-		*held_until = row->expires_at;
+		ExtendLease(&store, name, row, req->ttl_us, now);
+		LeaseStoreClose(&store);
+		return GRANT_DONE;
+	}
+	if (status != LEASE_FREE)
+		return Refusal(&store, name, DLOCK_CHANGE_LOCKMODE, status, row, until, wait);
+	if (extend_only)
+	{
 		NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
 		LeaseStoreClose(&store);
-		return GRANT_HELD;
+		return GRANT_QUEUED;
 	}
 
 	/* Grantable, once transactions fenced under the old token are done */
-	if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, false))
+	if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, NoWait))
 	{
-		NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
-		if (!wait)
-		{
-			LeaseStoreClose(&store);
-			return GRANT_BUSY;
-		}
-
 		/*
 		 * Wait without holding the change lock, so that a fenced transaction
 		 * that renews or releases before it commits cannot deadlock with us.
 		 * Others may act meanwhile: read the row again.
 		 */
-		NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, true);
+		NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
+		if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, limit))
+		{
+			LeaseStoreClose(&store);
+			return GRANT_BUSY;
+		}
 		LeaseStoreFetch(&store, name, row);
 		now = GetCurrentTimestamp();
-		if (LeaseIsLive(row, now))
+		status = LeaseStatusAt(row, now, &until);
+		if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
 		{
-			if (IsSameHolder(row, req->owner))
-			{
-				ExtendLease(&store, name, row, req->ttl_us, now);
-				LeaseStoreClose(&store);
-				return GRANT_DONE;
-			}
-			*held_until = row->expires_at;
-			NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
+			ExtendLease(&store, name, row, req->ttl_us, now);
 			LeaseStoreClose(&store);
-			return GRANT_HELD;
+			return GRANT_DONE;
 		}
+		if (status != LEASE_FREE)
+			return Refusal(&store, name, DLOCK_GRANT_LOCKMODE, status, row, until, wait);
 	}
 
 	GrantNewLease(&store, req, row);
@@ -280,111 +326,168 @@ AttemptGrant(const GrantRequest *req, bool wait, LeaseRow *row,
 }
 
 static void
-GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req)
+GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req,
+				int lock_delay_argno, int session_bound_argno)
 {
 	ArgGetName(fcinfo, 0, &req->name);
 	req->ttl_us = ArgGetTTL(fcinfo, 1);
 	req->owner = ArgGetOwner(fcinfo, 2, true);
+	req->lock_delay_us = ArgGetLockDelay(fcinfo, lock_delay_argno);
+	req->session_bound = ArgGetBool(fcinfo, session_bound_argno, "session_bound");
 }
 
 /*
- * dlock_try_acquire - SQL function dlock.try_acquire(name, ttl, owner)
+ * dlock_try_acquire - SQL function
+ *	  dlock.try_acquire(name, ttl, owner, lock_delay, session_bound)
  *
- * Grants at once or returns NULL; never blocks.
+ * Grants at once or returns NULL; never blocks.  While others wait in
+ * dlock.acquire() the name is theirs first: only the same owner's live lease
+ * is extended then.
  */
 Datum
 dlock_try_acquire(PG_FUNCTION_ARGS)
 {
 	GrantRequest req;
 	LeaseRow	row;
-	TimestampTz held_until;
+	GrantWait	wait;
+	GrantOutcome outcome;
 
-	GetGrantRequest(fcinfo, &req);
+	GetGrantRequest(fcinfo, &req, 3, 4);
 	CheckLeasesWritable("dlock.try_acquire");
 
-	if (AttemptGrant(&req, false, &row, &held_until) != GRANT_DONE)
+	if (QueueJoin(&req.name, NoWait))
+	{
+		outcome = AttemptGrant(&req, NoWait, false, &row, &wait);
+		QueueLeave(&req.name);
+	}
+	else
+		outcome = AttemptGrant(&req, NoWait, true, &row, &wait);
+
+	if (outcome != GRANT_DONE)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 }
 
 /*
- * SleepBeforeRetry - wait on the latch before the next attempt
- *
- * The sleep is short at first and grows, but never lasts past the moment
- * the holder's lease expires or the caller's deadline.  Interrupts are
- * served on return, so a cancel or statement_timeout ends the wait at once.
+ * AcquireLimit - the wait limit of dlock.acquire(): its timeout argument,
+ * and lock_timeout, which bounds the whole wait for the lease as it bounds
+ * any lock wait
  */
-static void
-SleepBeforeRetry(int64 *sleep_us, GrantOutcome outcome, TimestampTz held_until,
-				 TimestampTz deadline)
+static WaitLimit
+AcquireLimit(int64 timeout_us)
 {
+	WaitLimit	limit = {true, DT_NOEND};
 	TimestampTz now = GetCurrentTimestamp();
-	int64		us = *sleep_us;
-	long		ms;
 
-	if (outcome == GRANT_HELD)
-		us = Min(us, Max(held_until - now, 0) + 1000);
-	if (deadline != DT_NOEND)
-		us = Min(us, Max(deadline - now, 0));
-	ms = (long) ((us + 999) / 1000);
-
-	if (ms > 0)
-	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
-	CHECK_FOR_INTERRUPTS();
-
-	*sleep_us = Min(*sleep_us * 2, WAIT_LAST_SLEEP_US);
+	if (timeout_us == 0)
+		return NoWait;
+	if (timeout_us > 0)
+		limit.deadline = ExpiryAfter(now, timeout_us);
+	if (LockTimeout > 0)
+		limit.deadline = Min(limit.deadline,
+							 ExpiryAfter(now, (int64) LockTimeout * 1000));
+	return limit;
 }
 
 /*
- * dlock_acquire - SQL function dlock.acquire(name, ttl, owner, timeout)
+ * WaitForSessionHolder - sleep in the lock manager on a session-bound
+ * holder's lock, so that its backend's exit wakes us at once
  *
- * Waits until granted.  timeout NULL waits until cancelled (or until
+ * The sleep is cut into slices, so that a release or force_release by
+ * another backend, which leaves the holder's lock in place, is noticed too.
+ */
+static void
+WaitForSessionHolder(int64 token, TimestampTz until, WaitLimit limit)
+{
+	LOCKTAG		tag;
+	WaitLimit	slice = {true, 0};
+
+	slice.deadline = Min(until, ExpiryAfter(GetCurrentTimestamp(), SESSION_WAIT_SLICE_US));
+	slice.deadline = Min(slice.deadline, limit.deadline);
+
+	DlockLockTag(&tag, DLOCK_SPACE_SESSION, (uint64) token);
+	if (LockAcquireWithin(&tag, ShareLock, slice))
+		LockRelease(&tag, ShareLock, false);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * AcquireTimedOut - raise 55P03 for a wait that ran out of time
+ */
+static void
+AcquireTimedOut(const LeaseName *name, GrantOutcome outcome)
+{
+	const char *detail;
+
+	switch (outcome)
+	{
+		case GRANT_HELD:
+			detail = "Another owner holds the lease.";
+			break;
+		case GRANT_DELAYED:
+			detail = "The lease ended without a release and is in its lock-delay.";
+			break;
+		case GRANT_QUEUED:
+			detail = "Other sessions are waiting for the lease ahead of this one.";
+			break;
+		default:
+			detail = "The lease is being changed, or a transaction still has writes fenced under its previous grant.";
+			break;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not acquire lease \"%.*s\" within the timeout",
+					name->len, name->data),
+			 errdetail_internal("%s", detail)));
+}
+
+/*
+ * dlock_acquire - SQL function
+ *	  dlock.acquire(name, ttl, owner, timeout, lock_delay, session_bound)
+ *
+ * Waits until granted, first in the name's queue (arrival order), then, as
+ * its head, for the lease.  timeout NULL waits until cancelled (or until
  * statement_timeout or lock_timeout); timeout 0 does not wait.  When the
  * timeout passes: 55P03.
- *
- * Without a timeout, waits for the name's lock happen in the lock manager;
- * with one, they are polled, so that the deadline is kept exactly.  A live
- * lease of another owner is always waited out by polling on the latch.
  */
 Datum
 dlock_acquire(PG_FUNCTION_ARGS)
 {
 	GrantRequest req;
 	LeaseRow	row;
-	int64		timeout_us;
-	TimestampTz deadline = DT_NOEND;
-	TimestampTz held_until = 0;
-	int64		sleep_us = WAIT_FIRST_SLEEP_US;
+	GrantWait	wait;
+	WaitLimit	limit;
 	GrantOutcome outcome;
 
-	GetGrantRequest(fcinfo, &req);
-	timeout_us = ArgGetTimeout(fcinfo, 3);
+	GetGrantRequest(fcinfo, &req, 4, 5);
+	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
 	CheckLeasesWritable("dlock.acquire");
 
-	if (timeout_us >= 0)
-		deadline = ExpiryAfter(GetCurrentTimestamp(), timeout_us);
+	if (!QueueJoin(&req.name, limit))
+		AcquireTimedOut(&req.name, GRANT_QUEUED);
 
 	for (;;)
 	{
-		outcome = AttemptGrant(&req, deadline == DT_NOEND, &row, &held_until);
+		/* A wake-up sent after this point interrupts the sleep below */
+		ResetLatch(MyLatch);
+
+		outcome = AttemptGrant(&req, limit, false, &row, &wait);
 		if (outcome == GRANT_DONE)
+		{
+			QueueLeave(&req.name);
 			PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
-		if (deadline != DT_NOEND && GetCurrentTimestamp() >= deadline)
+		}
+		if (!limit.wait || outcome == GRANT_BUSY ||
+			(limit.deadline != DT_NOEND && GetCurrentTimestamp() >= limit.deadline))
 			break;
-		SleepBeforeRetry(&sleep_us, outcome, held_until, deadline);
+
+		if (outcome == GRANT_HELD && wait.session_token != 0)
+			WaitForSessionHolder(wait.session_token, wait.until, limit);
+		else
+			SleepUntil(wait.until, limit);
 	}
 
-	ereport(ERROR,
-			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-			 errmsg("could not acquire lease \"%.*s\" within the timeout",
-					req.name.len, req.name.data),
-			 outcome == GRANT_HELD ?
-			 errdetail("Another owner holds the lease.") :
-			 errdetail("The lease is being changed, or a transaction still has writes fenced under its previous grant.")));
+	AcquireTimedOut(&req.name, outcome);
 	PG_RETURN_NULL();			/* keep compiler quiet */
 }
 
@@ -398,7 +501,7 @@ static bool
 FetchHeldLease(LeaseStore *store, const LeaseName *name, const char *owner,
 			   LeaseRow *row, TimestampTz *now)
 {
-	NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, true);
+	NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, WaitForever);
 	LeaseStoreOpen(store, RowExclusiveLock);
 	LeaseStoreFetch(store, name, row);
 	*now = GetCurrentTimestamp();
@@ -439,7 +542,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 
 /*
  * EndLease - mark a live lease ended; its token fails dlock.fence() from
- * the commit on
+ * the commit on, when the first waiter is woken
  */
 static void
 EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
@@ -449,6 +552,9 @@ EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 	row->ended_at = now;
 	row->end_reason = reason;
 	WriteChange(store, name, row);
+	WakeQueueHeadAtCommit(name);
+	if (row->session_bound)
+		SessionLeaseForgetAtCommit(row->token);
 }
 
 /*
@@ -471,7 +577,7 @@ dlock_release(PG_FUNCTION_ARGS)
 
 	if (!FetchHeldLease(&store, &name, owner, &row, &now))
 		PG_RETURN_BOOL(false);
-	EndLease(&store, &name, &row, now, "released");
+	EndLease(&store, &name, &row, now, END_RELEASED);
 	LeaseStoreClose(&store);
 	PG_RETURN_BOOL(true);
 }
@@ -493,7 +599,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 	ArgGetName(fcinfo, 0, &name);
 	CheckLeasesWritable("dlock.force_release");
 
-	NameLockAcquire(&name, DLOCK_CHANGE_LOCKMODE, true);
+	NameLockAcquire(&name, DLOCK_CHANGE_LOCKMODE, WaitForever);
 	LeaseStoreOpen(&store, RowExclusiveLock);
 	LeaseStoreFetch(&store, &name, &row);
 	now = GetCurrentTimestamp();
@@ -516,7 +622,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 						   holder ? holder : "(dropped role)")));
 	}
 
-	EndLease(&store, &name, &row, now, "force_released");
+	EndLease(&store, &name, &row, now, END_FORCE_RELEASED);
 	LeaseStoreClose(&store);
 	PG_RETURN_BOOL(true);
 }

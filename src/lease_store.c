@@ -49,6 +49,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "dlock.h"
 #include "dlock_compat.h"
@@ -67,7 +68,10 @@
 #define Anum_lease_expires_at	6
 #define Anum_lease_ended_at		7
 #define Anum_lease_end_reason	8
-#define Natts_lease				8
+#define Anum_lease_lock_delay	9
+#define Anum_lease_session_bound 10
+#define Anum_lease_holder_pid	11
+#define Natts_lease				11
 
 /*
  * LookupDlockRelation - OID of one of dlock's relations, by schema and name
@@ -160,9 +164,17 @@ LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 		if (row->ended)
 		{
 			row->ended_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_ended_at - 1]);
-			row->end_reason = slot->tts_isnull[Anum_lease_end_reason - 1] ? "released" :
+			row->end_reason = slot->tts_isnull[Anum_lease_end_reason - 1] ? END_RELEASED :
 				TextDatumGetCString(slot->tts_values[Anum_lease_end_reason - 1]);
 		}
+		{
+			Interval   *delay = DatumGetIntervalP(slot->tts_values[Anum_lease_lock_delay - 1]);
+
+			row->lock_delay_us = delay->time + delay->day * USECS_PER_DAY;
+		}
+		row->session_bound = DatumGetBool(slot->tts_values[Anum_lease_session_bound - 1]);
+		row->holder_pid = slot->tts_isnull[Anum_lease_holder_pid - 1] ? 0 :
+			DatumGetInt32(slot->tts_values[Anum_lease_holder_pid - 1]);
 	}
 
 	index_endscan(scan);
@@ -203,6 +215,7 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	Datum		values[Natts_lease];
 	bool		nulls[Natts_lease];
 	HeapTuple	tuple;
+	Interval   *lock_delay;
 	text	   *name_text = cstring_to_text_with_len(name->data, name->len);
 
 	memset(nulls, false, sizeof(nulls));
@@ -224,6 +237,13 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 		values[Anum_lease_ended_at - 1] = (Datum) 0;
 		values[Anum_lease_end_reason - 1] = (Datum) 0;
 	}
+
+	lock_delay = palloc0(sizeof(Interval));
+	lock_delay->time = row->lock_delay_us;
+	values[Anum_lease_lock_delay - 1] = IntervalPGetDatum(lock_delay);
+	values[Anum_lease_session_bound - 1] = BoolGetDatum(row->session_bound);
+	values[Anum_lease_holder_pid - 1] = Int32GetDatum(row->holder_pid);
+	nulls[Anum_lease_holder_pid - 1] = !row->session_bound;
 
 	tuple = heap_form_tuple(RelationGetDescr(store->heap), values, nulls);
 

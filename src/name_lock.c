@@ -1,17 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * name_lock.c
- *	  Lock-manager locks on lease names, in dlock's own advisory tag space.
+ *	  Lock-manager locks in dlock's own advisory tag spaces, and waiting for
+ *	  them within a deadline.
  *
- * A name is hashed to 64 bits; the tag is (MyDatabaseId, high 32 bits,
- * low 32 bits, DLOCK_LOCKTAG_CLASS).  Two names that hash alike share a lock
- * and so are merely serialized together: correctness never depends on the
- * hash being unique, only on one name always mapping to one tag.
+ * A name is hashed to 64 bits; its tag is (MyDatabaseId, high 32 bits,
+ * low 32 bits, space).  Two names that hash alike share a lock and so are
+ * merely serialized together: correctness never depends on the hash being
+ * unique, only on one name always mapping to one tag.
  *
- * All locks here are transaction-level: a state change holds its lock until
- * commit, so the next reader of the row sees the committed change.  Waiting
- * goes through the lock manager, which gives FIFO queueing, deadlock
- * detection, lock_timeout, cancellation and pg_locks visibility.
+ * The name and queue locks are transaction-level: a state change holds its
+ * lock until commit, so the next reader of the row sees the committed change,
+ * and an error releases everything.  Waiting goes through the lock manager,
+ * which gives FIFO queueing, deadlock detection, lock_timeout, cancellation
+ * and pg_locks visibility.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -22,10 +24,14 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "dlock.h"
 
@@ -44,30 +50,121 @@ LeaseNameInit(LeaseName *name, const char *data, int len)
 									 DLOCK_NAME_HASH_SEED);
 }
 
+/*
+ * DlockLockTag - the tag of key in one of dlock's lock spaces
+ */
+void
+DlockLockTag(LOCKTAG *tag, DlockLockSpace space, uint64 key)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
+						 (uint32) (key >> 32),
+						 (uint32) key,
+						 (uint16) space);
+}
+
 static void
 SetNameLockTag(LOCKTAG *tag, const LeaseName *name)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
-						 (uint32) (name->hash >> 32),
-						 (uint32) name->hash,
-						 DLOCK_LOCKTAG_CLASS);
+	DlockLockTag(tag, DLOCK_SPACE_NAME, name->hash);
 }
 
 /*
- * NameLockAcquire - take a transaction-level lock on a name
+ * LockAcquireForMillis - wait for a transaction-level lock at most ms
  *
- * With wait = false returns false at once when the lock is not available.
- * Taking a lock this transaction already holds just counts it again, so each
- * successful call must be paired with one NameLockRelease() or left to the
- * end of the transaction.
+ * The lock manager's own timer does the timing: lock_timeout is lowered to
+ * ms for this one wait, inside a subtransaction so that the timeout error
+ * can be caught cleanly.  On success the lock passes to the enclosing
+ * transaction.  Any other error (cancel, statement_timeout, a deadlock, or
+ * the caller's own shorter lock_timeout) propagates.
+ */
+static bool
+LockAcquireForMillis(const LOCKTAG *tag, LOCKMODE mode, int ms)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	int			saved_lock_timeout = LockTimeout;
+	bool		ours = (saved_lock_timeout <= 0 || saved_lock_timeout > ms);
+	volatile bool acquired = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+
+	PG_TRY();
+	{
+		if (ours)
+			LockTimeout = ms;
+		(void) LockAcquire(tag, mode, false, false);
+		LockTimeout = saved_lock_timeout;
+
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		LockTimeout = saved_lock_timeout;
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+
+		if (!ours || edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		acquired = false;
+	}
+	PG_END_TRY();
+
+	return acquired;
+}
+
+/*
+ * LockAcquireWithin - take a transaction-level lock, waiting within limit
+ *
+ * Returns false when the lock is not available in time (at once, for a
+ * limit that does not wait).  Taking a lock this transaction already holds
+ * just counts it again, so each successful call must be paired with one
+ * release or left to the end of the transaction.
  */
 bool
-NameLockAcquire(const LeaseName *name, LOCKMODE mode, bool wait)
+LockAcquireWithin(const LOCKTAG *tag, LOCKMODE mode, WaitLimit limit)
+{
+	TimestampTz now;
+	int64		remaining_us;
+
+	if (LockAcquire(tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	if (!limit.wait)
+		return false;
+	if (limit.deadline == DT_NOEND)
+	{
+		(void) LockAcquire(tag, mode, false, false);
+		return true;
+	}
+
+	now = GetCurrentTimestamp();
+	if (now >= limit.deadline)
+		return false;
+	remaining_us = limit.deadline - now;
+	return LockAcquireForMillis(tag, mode,
+								(int) Min((remaining_us + 999) / 1000, INT_MAX));
+}
+
+/*
+ * NameLockAcquire - take a transaction-level lock on a name's state
+ */
+bool
+NameLockAcquire(const LeaseName *name, LOCKMODE mode, WaitLimit limit)
 {
 	LOCKTAG		tag;
 
 	SetNameLockTag(&tag, name);
-	return LockAcquire(&tag, mode, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	return LockAcquireWithin(&tag, mode, limit);
 }
 
 /*
@@ -98,12 +195,14 @@ bool
 NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode)
 {
 	ResourceOwner saved = CurrentResourceOwner;
+	LOCKTAG		tag;
 	bool		acquired;
 
+	SetNameLockTag(&tag, name);
 	CurrentResourceOwner = TopTransactionResourceOwner;
 	PG_TRY();
 	{
-		acquired = NameLockAcquire(name, mode, true);
+		acquired = LockAcquire(&tag, mode, false, false) != LOCKACQUIRE_NOT_AVAIL;
 	}
 	PG_FINALLY();
 	{

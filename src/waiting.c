@@ -1,0 +1,196 @@
+/*-------------------------------------------------------------------------
+ *
+ * waiting.c
+ *	  The queue of sessions waiting for a name, and how they are woken.
+ *
+ * Waiters of one name queue in the lock manager, on an ExclusiveLock in
+ * DLOCK_SPACE_QUEUE keyed by the name's hash: the lock manager grants it in
+ * arrival order, removes a waiter that is cancelled or times out without
+ * disturbing the others, detects deadlocks and shows the queue in pg_locks.
+ * Only the head of the queue, the holder of that lock, waits for the lease
+ * itself; it gives the queue lock back as soon as it is granted, and the
+ * next waiter becomes the head.
+ *
+ * The head sleeps on its process latch until the lease expires (or its
+ * lock-delay ends), its own deadline passes, or it is woken.  It is woken
+ * by the transaction that releases or force-releases the lease, right after
+ * that transaction's commit becomes visible: the waker finds the head as the
+ * holder of the queue lock and sets its latch.  Only the head is woken, so a
+ * release wakes one process, not all waiters.  All of this lives in the lock
+ * manager and the latches, so it needs no shared memory of dlock's own and
+ * works without shared_preload_libraries.
+ *
+ * A head that is waiting for a session-bound holder instead sleeps on that
+ * holder's session lock (see session.c), so the exit of the holder's
+ * backend wakes it at once.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/waiting.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "dlock.h"
+#include "dlock_compat.h"
+
+/* A head re-reads the lease at least this often, as a safety net */
+#define HEAD_MAX_SLEEP_US	(1000 * 1000)
+
+/* Names whose queue heads this transaction wakes once it commits */
+typedef struct PendingWake
+{
+	int			len;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} PendingWake;
+
+static List *PendingWakes = NIL;	/* in TopTransactionContext */
+
+static void
+QueueLockTag(LOCKTAG *tag, const LeaseName *name)
+{
+	DlockLockTag(tag, DLOCK_SPACE_QUEUE, name->hash);
+}
+
+/*
+ * QueueJoin - wait (within limit) until this session is the head of the
+ * name's queue; false when the limit passed first
+ */
+bool
+QueueJoin(const LeaseName *name, WaitLimit limit)
+{
+	LOCKTAG		tag;
+
+	QueueLockTag(&tag, name);
+	return LockAcquireWithin(&tag, DLOCK_QUEUE_LOCKMODE, limit);
+}
+
+/*
+ * QueueLeave - hand the head of the queue to the next waiter
+ */
+void
+QueueLeave(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	QueueLockTag(&tag, name);
+	LockRelease(&tag, DLOCK_QUEUE_LOCKMODE, false);
+}
+
+/*
+ * WakeQueueHead - set the latch of the session at the head of the name's
+ * queue, if there is one
+ *
+ * A stale entry can at worst wake an unrelated backend, which only costs it
+ * a spurious latch wake-up.
+ */
+void
+WakeQueueHead(const LeaseName *name)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *holders;
+
+	QueueLockTag(&tag, name);
+	holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
+	for (; VirtualTransactionIdIsValid(*holders); holders++)
+	{
+		PGPROC	   *proc = dlock_vxid_get_proc(*holders);
+
+		if (proc != NULL)
+			SetLatch(&proc->procLatch);
+	}
+}
+
+/*
+ * WakeQueueHeadAtCommit - wake the name's queue head once this transaction
+ * has committed (a wake-up before the commit is visible would be wasted)
+ */
+void
+WakeQueueHeadAtCommit(const LeaseName *name)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	PendingWake *wake = palloc(offsetof(PendingWake, data) + name->len);
+
+	wake->len = name->len;
+	memcpy(wake->data, name->data, name->len);
+	PendingWakes = lappend(PendingWakes, wake);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+WaitingXactCallback(XactEvent event, void *arg pg_attribute_unused())
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			/* The commit is visible to others by now; locks not yet released */
+			foreach(lc, PendingWakes)
+			{
+				PendingWake *wake = lfirst(lc);
+				LeaseName	name;
+
+				LeaseNameInit(&name, wake->data, wake->len);
+				WakeQueueHead(&name);
+			}
+			PendingWakes = NIL;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			PendingWakes = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * WaitingXactCallbackInit - register the commit-time wake-ups (once, from
+ * _PG_init)
+ */
+void
+WaitingXactCallbackInit(void)
+{
+	RegisterXactCallback(WaitingXactCallback, NULL);
+}
+
+/*
+ * SleepUntil - sleep on the latch until a moment, the limit's deadline, or
+ * a wake-up, whichever comes first
+ *
+ * Interrupts are served on return, so a cancel or statement_timeout ends the
+ * wait at once.  The caller resets the latch before it last looked at the
+ * lease, so a wake-up sent after that look is not lost.
+ */
+void
+SleepUntil(TimestampTz until, WaitLimit limit)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int64		sleep_us = HEAD_MAX_SLEEP_US;
+	long		ms;
+
+	if (until != DT_NOEND)
+		sleep_us = Min(sleep_us, Max(until - now, 0));
+	if (limit.deadline != DT_NOEND)
+		sleep_us = Min(sleep_us, Max(limit.deadline - now, 0));
+	ms = (long) ((sleep_us + 999) / 1000);
+
+	if (ms > 0)
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 ms, PG_WAIT_EXTENSION);
+	CHECK_FOR_INTERRUPTS();
+}
