@@ -10,7 +10,8 @@ PGFILEDESC = "dlock - leased, fenced locks"
 
 REGRESS        = api errors transactions security
 REGRESS_OPTS   = --load-extension=dlock
-ISOLATION      = race fence_regrant stale_snapshot rollback
+ISOLATION      = race fence_regrant stale_snapshot rollback \
+                 fifo queue_timeout lock_delay expiry_wakeup session_bound
 ISOLATION_OPTS = --load-extension=dlock
 TAP_TESTS      = 1
 

@@ -99,6 +99,19 @@ LockAcquireForMillis(const LOCKTAG *tag, LOCKMODE mode, int ms)
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
+
+		/*
+		 * The subtransaction handed the lock to the transaction's resource
+		 * owner; count it under the caller's instead, so that the caller can
+		 * release it like any other.
+		 */
+		if (oldowner != CurTransactionResourceOwner)
+		{
+			(void) LockAcquire(tag, mode, false, true);
+			CurrentResourceOwner = CurTransactionResourceOwner;
+			LockRelease(tag, mode, false);
+			CurrentResourceOwner = oldowner;
+		}
 	}
 	PG_CATCH();
 	{
