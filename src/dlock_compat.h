@@ -17,6 +17,7 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "storage/lock.h"
 #include "utils/guc.h"
 
 #if PG_VERSION_NUM < 130000
@@ -58,6 +59,13 @@ dlock_simple_heap_update(Relation rel, ItemPointer otid, HeapTuple tuple)
 	return !HeapTupleIsHeapOnly(tuple);
 #endif
 }
+
+/* LockHeldByMe() gained an "or stronger" argument in 17 */
+#if PG_VERSION_NUM >= 170000
+#define dlock_lock_held_by_me(tag, mode) LockHeldByMe(tag, mode, false)
+#else
+#define dlock_lock_held_by_me(tag, mode) LockHeldByMe(tag, mode)
+#endif
 
 /* The PGPROC of a virtual transaction id's backend (procNumber since 17) */
 #if PG_VERSION_NUM >= 170000

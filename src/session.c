@@ -42,6 +42,7 @@
 #include "utils/timestamp.h"
 
 #include "dlock.h"
+#include "dlock_compat.h"
 
 typedef struct SessionLease
 {
@@ -154,14 +155,22 @@ bool
 SessionLeaseAlive(int64 token)
 {
 	LOCKTAG		tag;
+	SessionLease *entry = NULL;
 
-	if (SessionLeases != NULL &&
-		hash_search(SessionLeases, &token, HASH_FIND, NULL) != NULL)
-		return true;
+	SessionLockTag(&tag, token);
+	if (SessionLeases != NULL)
+		entry = hash_search(SessionLeases, &token, HASH_FIND, NULL);
+	if (entry != NULL)
+	{
+		/* Ours, unless DISCARD ALL or pg_advisory_unlock_all() dropped it */
+		if (dlock_lock_held_by_me(&tag, ExclusiveLock))
+			return true;
+		hash_search(SessionLeases, &token, HASH_REMOVE, NULL);
+		return false;
+	}
 	if (RecoveryInProgress())
 		return true;
 
-	SessionLockTag(&tag, token);
 	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return true;
 	LockRelease(&tag, ShareLock, false);
