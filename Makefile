@@ -27,10 +27,14 @@ PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 include $(PGXS)
 
 # Whole suite on a throwaway cluster; installs what is missing (see README)
-.PHONY: test demo
+.PHONY: test demo bench
 test:
 	bash scripts/test.sh
 
 # The double-debit story on a throwaway cluster
 demo:
 	bash scripts/demo.sh
+
+# Benchmarks on a throwaway cluster (see README, Performance)
+bench:
+	bash bench/run.sh

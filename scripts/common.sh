@@ -64,3 +64,28 @@ make_work_dir() {
     [ "$(id -un)" = "$RUN_USER" ] || chown "$RUN_USER": "$dir"
     printf '%s\n' "$dir"
 }
+
+# start_cluster PORT [SETTING...]: initdb and start a throwaway cluster in a
+# new work directory, listening on a unix socket there only.  Sets WORK,
+# CLUSTER_PID and PG* variables for psql; stop_cluster (installed as the EXIT
+# trap) stops it by its pid and removes the directory.
+start_cluster() {
+    local port=$1 setting opts=""
+    shift
+    WORK=$(make_work_dir)
+    trap stop_cluster EXIT
+    for setting in "$@"; do opts="$opts -c $setting"; done
+    as_run_user "$PG_BINDIR/initdb" -D "$WORK/data" -A trust -U postgres >/dev/null
+    as_run_user "$PG_BINDIR/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w \
+        -o "-c listen_addresses='' -k $WORK -p $port $opts" start >/dev/null
+    CLUSTER_PID=$(head -n 1 "$WORK/data/postmaster.pid")
+    export PGHOST=$WORK PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+}
+
+stop_cluster() {
+    if [ -n "${CLUSTER_PID:-}" ] && kill -0 "$CLUSTER_PID" 2>/dev/null; then
+        kill -INT "$CLUSTER_PID"        # fast shutdown of the postmaster we started
+        while kill -0 "$CLUSTER_PID" 2>/dev/null; do sleep 0.1; done
+    fi
+    [ -z "${WORK:-}" ] || rm -rf "$WORK"
+}

@@ -14,27 +14,10 @@
 ensure_packages
 build_and_install
 
-WORK=$(make_work_dir)
-PGDATA=$WORK/data
-PORT=54329
-PID=
+say "starting a throwaway cluster (unix socket only)"
+start_cluster 54329
 
-cleanup() {
-    if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-        kill -INT "$PID"               # fast shutdown of the postmaster we started
-        while kill -0 "$PID" 2>/dev/null; do sleep 0.1; done
-    fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-say "starting a throwaway cluster (unix socket in $WORK only)"
-as_run_user "$PG_BINDIR/initdb" -D "$PGDATA" -A trust -U postgres >/dev/null
-as_run_user "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$WORK/server.log" -w \
-    -o "-c listen_addresses='' -k $WORK -p $PORT" start >/dev/null
-PID=$(head -n 1 "$PGDATA/postmaster.pid")
-
-sql() { as_run_user psql -X -q -A -t -h "$WORK" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+sql() { as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" psql -X -q -A -t -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
 t0=$(date +%s%N)
 stamp() {
     local cs=$((($(date +%s%N) - t0) / 10000000))

@@ -59,5 +59,16 @@ run_suite isolation installcheck REGRESS= TAP_TESTS= \
     EXTRA_REGRESS_OPTS="$TEMP_INSTANCE"
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
+# The benchmark must keep working: a quick smoke run (figures mean nothing)
+say "bench (smoke run)"
+if BENCH_QUICK=1 bash "$SRC_DIR/bench/run.sh" >"$WORK/bench.out" 2>&1; then
+    echo "ok - make bench (quick mode)"
+    passed=$((passed + 1))
+else
+    tail -n 30 "$WORK/bench.out"
+    echo "not ok - make bench (quick mode)"
+    failed=$((failed + 1))
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

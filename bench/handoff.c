@@ -1,0 +1,258 @@
+/*
+ * handoff.c
+ *	  Measures how fast a dlock lease passes from one holder to the next.
+ *
+ *	  handoff release CONNINFO WAITERS CYCLES
+ *		WAITERS sessions queue in dlock.acquire() for one name.  The holder
+ *		releases; the time from the release's reply to the next waiter's
+ *		grant reply is one sample.  The new holder releases next, the old
+ *		one queues again, so WAITERS sessions always wait.
+ *
+ *	  handoff expiry CONNINFO CYCLES TTL_MS
+ *		The holder never releases; one waiter is granted when the lease
+ *		expires.  A sample is the new grant time minus the old expiry, both
+ *		on the server's clock.
+ *
+ *	Prints "median_ms p99_ms max_ms samples" on one line.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libpq-fe.h>
+
+#define NAME "bench:handoff"
+
+static void
+die(const char *what, PGconn *conn)
+{
+	fprintf(stderr, "handoff: %s: %s", what, conn ? PQerrorMessage(conn) : "\n");
+	exit(1);
+}
+
+static double
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+static PGconn *
+connect_or_die(const char *conninfo)
+{
+	PGconn	   *conn = PQconnectdb(conninfo);
+
+	if (PQstatus(conn) != CONNECTION_OK)
+		die("connect", conn);
+	return conn;
+}
+
+/* exec_one - run a query, return the first value (static buffer) */
+static const char *
+exec_one(PGconn *conn, const char *sql)
+{
+	static char value[256];
+	PGresult   *res = PQexec(conn, sql);
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)
+		die(sql, conn);
+	value[0] = '\0';
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0)
+		snprintf(value, sizeof(value), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return value;
+}
+
+static void
+send_acquire(PGconn *conn, int who)
+{
+	char		sql[256];
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT token FROM dlock.acquire('" NAME "', '1min', 'w%d')", who);
+	if (!PQsendQuery(conn, sql))
+		die("send acquire", conn);
+}
+
+/* finish_query - collect the result of a sent query */
+static void
+finish_query(PGconn *conn)
+{
+	PGresult   *res;
+
+	while ((res = PQgetResult(conn)) != NULL)
+	{
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			die("acquire", conn);
+		PQclear(res);
+	}
+}
+
+/* wait_queued - until n sessions wait in dlock.acquire() */
+static void
+wait_queued(PGconn *monitor, int n)
+{
+	char		sql[512];
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) >= %d FROM pg_stat_activity "
+			 "WHERE query LIKE '%%dlock.acquire(''" NAME "''%%' AND state = 'active' "
+			 "AND wait_event_type IN ('Lock', 'Extension')", n);
+	for (;;)
+	{
+		if (strcmp(exec_one(monitor, sql), "t") == 0)
+			return;
+		struct timespec ts = {0, 200000};
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a;
+	double		y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+static void
+report(double *samples, int n)
+{
+	qsort(samples, n, sizeof(double), cmp_double);
+	printf("%.3f %.3f %.3f %d\n",
+		   samples[n / 2], samples[(int) (n * 0.99)], samples[n - 1], n);
+}
+
+static int
+bench_release(const char *conninfo, int waiters, int cycles)
+{
+	PGconn	   *monitor = connect_or_die(conninfo);
+	PGconn	  **conns = calloc(waiters + 1, sizeof(PGconn *));
+	struct pollfd *fds = calloc(waiters + 1, sizeof(struct pollfd));
+	double	   *samples = calloc(cycles, sizeof(double));
+	int			holder = 0;
+
+	for (int i = 0; i <= waiters; i++)
+		conns[i] = connect_or_die(conninfo);
+	exec_one(monitor, "SELECT dlock.force_release('" NAME "')");
+	exec_one(conns[0], "SELECT token FROM dlock.acquire('" NAME "', '1min', 'w0')");
+	for (int i = 1; i <= waiters; i++)
+		send_acquire(conns[i], i);
+
+	for (int c = 0; c < cycles; c++)
+	{
+		char		sql[256];
+		double		released;
+		int			granted = -1;
+
+		wait_queued(monitor, waiters);
+		snprintf(sql, sizeof(sql), "SELECT dlock.release('" NAME "', 'w%d')", holder);
+		if (strcmp(exec_one(conns[holder], sql), "t") != 0)
+			die("release returned false", NULL);
+		released = now_ms();
+
+		while (granted < 0)
+		{
+			int			n = 0;
+
+			for (int i = 0; i <= waiters; i++)
+			{
+				fds[n].fd = PQsocket(conns[i]);
+				fds[n].events = POLLIN;
+				n++;
+			}
+			if (poll(fds, n, 10000) < 0 && errno != EINTR)
+				die("poll", NULL);
+			for (int i = 0; i <= waiters && granted < 0; i++)
+			{
+				if (i == holder || !(fds[i].revents & POLLIN))
+					continue;
+				if (!PQconsumeInput(conns[i]))
+					die("consume", conns[i]);
+				if (!PQisBusy(conns[i]))
+					granted = i;
+			}
+		}
+		samples[c] = now_ms() - released;
+		finish_query(conns[granted]);
+		send_acquire(conns[holder], holder);
+		holder = granted;
+	}
+	report(samples, cycles);
+
+	/* Waiting backends do not notice a closed connection: cancel them */
+	for (int i = 0; i <= waiters; i++)
+	{
+		if (i != holder)
+		{
+			PGcancel   *cancel = PQgetCancel(conns[i]);
+			char		errbuf[256];
+			PGresult   *res;
+
+			PQcancel(cancel, errbuf, sizeof(errbuf));
+			PQfreeCancel(cancel);
+			while ((res = PQgetResult(conns[i])) != NULL)
+				PQclear(res);
+		}
+		PQfinish(conns[i]);
+	}
+	exec_one(monitor, "SELECT dlock.force_release('" NAME "')");
+	PQfinish(monitor);
+	return 0;
+}
+
+#undef NAME
+#define NAME "bench:expiry"
+
+static int
+bench_expiry(const char *conninfo, int cycles, int ttl_ms)
+{
+	PGconn	   *a = connect_or_die(conninfo);
+	PGconn	   *b = connect_or_die(conninfo);
+	double	   *samples = calloc(cycles, sizeof(double));
+	char		sql[512];
+
+	exec_one(a, "SELECT dlock.force_release('" NAME "')");
+	for (int c = 0; c < cycles; c++)
+	{
+		PGconn	   *holder = (c % 2) ? b : a;
+		PGconn	   *waiter = (c % 2) ? a : b;
+
+		snprintf(sql, sizeof(sql),
+				 "SELECT extract(epoch FROM expires_at) FROM dlock.acquire('" NAME "', '%d ms', 'h%d')",
+				 ttl_ms, c);
+		double		expires = atof(exec_one(holder, sql));
+
+		snprintf(sql, sizeof(sql),
+				 "SELECT extract(epoch FROM expires_at - interval '1 min') FROM dlock.acquire('" NAME "', '1min', 'w%d')", c);
+		double		granted = atof(exec_one(waiter, sql));
+
+		samples[c] = (granted - expires) * 1000.0;
+		snprintf(sql, sizeof(sql), "SELECT dlock.release('" NAME "', 'w%d')", c);
+		exec_one(waiter, sql);
+	}
+	report(samples, cycles);
+	PQfinish(a);
+	PQfinish(b);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc == 5 && strcmp(argv[1], "release") == 0)
+		return bench_release(argv[2], atoi(argv[3]), atoi(argv[4]));
+	if (argc == 5 && strcmp(argv[1], "expiry") == 0)
+		return bench_expiry(argv[2], atoi(argv[3]), atoi(argv[4]));
+	fprintf(stderr,
+			"usage: handoff release CONNINFO WAITERS CYCLES\n"
+			"       handoff expiry CONNINFO CYCLES TTL_MS\n");
+	return 64;
+}

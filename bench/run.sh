@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# make bench: dlock's waiting benchmarks on a throwaway cluster.
+#
+#   release-to-grant latency with 1 and 16 waiters on one name
+#   expiry-to-grant latency (nobody releases)
+#   cycle rate (acquire + release) of one hot name with 8 and 32 clients
+#
+# BENCH_QUICK=1 runs a few seconds in all, to check that the benchmark works
+# (make test does this); figures from it mean nothing.
+
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    CYCLES=20 EXPIRY_CYCLES=5 SECONDS_PER_RUN=1
+else
+    CYCLES=${CYCLES:-500} EXPIRY_CYCLES=${EXPIRY_CYCLES:-100} SECONDS_PER_RUN=${SECONDS_PER_RUN:-15}
+fi
+
+ensure_packages
+build_and_install
+
+start_cluster 54330 max_connections=100
+BIN=$WORK/bin
+mkdir -p "$BIN"
+cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" -o "$BIN/handoff" \
+    "$SRC_DIR/bench/handoff.c" -L"$("$PG_CONFIG" --libdir)" -lpq
+cp "$SRC_DIR"/bench/*.sql "$BIN/"
+[ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$BIN"
+
+run() { as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres PGDATABASE=postgres "$@"; }
+run psql -X -q -c 'CREATE EXTENSION dlock'
+CONN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres"
+
+printf '\n%-44s %12s %12s %12s %8s\n' "workload" "median ms" "p99 ms" "max ms" "samples"
+for waiters in 1 16; do
+    read -r med p99 max n < <(run "$BIN/handoff" release "$CONN" "$waiters" "$CYCLES")
+    printf '%-44s %12s %12s %12s %8s\n' "release-to-grant, $waiters waiter(s)" "$med" "$p99" "$max" "$n"
+done
+read -r med p99 max n < <(run "$BIN/handoff" expiry "$CONN" "$EXPIRY_CYCLES" 50)
+printf '%-44s %12s %12s %12s %8s\n' "expiry-to-grant (server clock), 1 waiter" "$med" "$p99" "$max" "$n"
+
+printf '\n%-44s %12s %12s\n' "workload" "cycles/s" "mean ms"
+for clients in 8 32; do
+    out=$(run pgbench -n -M prepared -c "$clients" -j 2 -T "$SECONDS_PER_RUN" \
+        -f "$BIN/hot_name.sql" 2>&1)
+    tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' <<<"$out" | head -n 1)
+    lat=$(sed -nE 's/^latency average = ([0-9.]+) ms/\1/p' <<<"$out")
+    if [ -z "$tps" ]; then echo "$out" >&2; exit 1; fi
+    printf '%-44s %12s %12s\n' "one hot name, $clients clients" "$tps" "$lat"
+done
+
+# The queue leaves nothing behind
+left=$(run psql -X -At -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17486")
+echo
+echo "dlock locks left in pg_locks after the runs: $left"
+[ "$left" = 0 ]
