@@ -4,7 +4,8 @@
  *	  Module entry point of dlock: leased, fenced locks for SQL.
  *
  * Loading the module defines dlock's settings and registers its
- * end-of-transaction work (fence cache, wake-ups, session-bound leases).
+ * end-of-transaction work (fence cache, wake-ups, session-bound leases,
+ * durable commits of grants).
  * dlock keeps no shared memory of its own: waiters queue in the lock
  * manager and are woken through their latches, so it works the same with
  * and without shared_preload_libraries.
@@ -71,4 +72,5 @@ _PG_init(void)
 	FenceXactCallbackInit();
 	WaitingXactCallbackInit();
 	SessionXactCallbackInit();
+	DurabilityXactCallbackInit();
 }

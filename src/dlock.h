@@ -173,6 +173,10 @@ extern void WakeQueueHeadAtCommit(const LeaseName *name);
 extern void SleepUntil(TimestampTz until, WaitLimit limit);
 extern void WaitingXactCallbackInit(void);
 
+/* durability.c */
+extern void RequireDurableCommit(void);
+extern void DurabilityXactCallbackInit(void);
+
 /* fence.c */
 extern void FenceCacheReset(void);
 extern void FenceXactCallbackInit(void);

@@ -24,8 +24,9 @@
  *
  * Every change is an ordinary write of the caller's transaction: it is
  * undone if the transaction rolls back.  The commit of a grant is always
- * flushed to WAL (ForceSyncCommit), even with synchronous_commit = off,
- * because a grant lost in a crash would let its token be issued again.
+ * durable, locally and on synchronous standbys (durability.c), even with
+ * synchronous_commit = off, because a grant lost in a crash or a failover
+ * would let its token be issued again.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -227,7 +228,7 @@ GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 	if (req->session_bound)
 		SessionLeaseTake(&req->name, token);
 
-	ForceSyncCommit();
+	RequireDurableCommit();
 }
 
 /*

@@ -270,8 +270,8 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
  * LeaseStoreNextToken - the next fencing token, from dlock.token_seq
  *
  * The sequence is WAL-logged ahead of the values it hands out, and a grant's
- * commit is flushed (see ForceSyncCommit in lease_api.c), so a token can
- * never be handed out twice, not even across crash recovery.  Callers need
+ * commit is flushed (durability.c), so a token can never be handed out
+ * twice, not even across crash recovery.  Callers need
  * no privilege on the sequence.
  */
 int64

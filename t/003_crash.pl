@@ -1,0 +1,186 @@
+# Crashes: grants, renewals and releases under load, then an immediate
+# shutdown; and kill -9 of a holder's and of a waiter's backend.  Every
+# acknowledged change survives, no token is ever issued twice, the next token
+# is larger than all before, and nothing is left locked.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('crash');
+$node->init;
+$node->append_conf('postgresql.conf', "restart_after_crash = on\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+
+my $dlock_locks = q{SELECT count(*) FROM pg_locks
+	WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17486};
+
+note 'load, then pg_ctl stop -m immediate';
+
+# Each client works through its own names: grant name i, renew it every
+# third step, release the previous name every fifth step.  psql prints a
+# line for each acknowledged call.
+my $clients = 4;
+my $steps = 3000;
+my (@ops, @harness, @out);
+foreach my $c (1 .. $clients)
+{
+	my (@list, $sql);
+	foreach my $i (1 .. $steps)
+	{
+		push @list, [ 'G', "c$c-$i" ];
+		push @list, [ 'R', "c$c-$i" ] if $i % 3 == 0;
+		push @list, [ 'X', "c$c-" . ($i - 1) ] if $i % 5 == 0;
+	}
+	foreach my $op (@list)
+	{
+		my ($kind, $name) = @$op;
+		$sql .=
+			$kind eq 'G' ? "SELECT 'G', name, token, expires_at FROM dlock.acquire('$name', '1h', 'c$c');\n"
+		  : $kind eq 'R' ? "SELECT 'R', name, token, expires_at FROM dlock.renew('$name', 'c$c', '2h');\n"
+		  : "SELECT 'X', '$name', dlock.release('$name', 'c$c');\n";
+	}
+	my $file = $node->basedir . "/client$c.sql";
+	PostgreSQL::Test::Utils::append_to_file($file, "\\set ON_ERROR_STOP 1\n$sql");
+	push @ops, \@list;
+	$out[$c] = '';
+	push @harness, IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-q', '-f', $file, '-d', $node->connstr('postgres') ],
+		'>', \$out[$c], '2>', \my $err);
+}
+
+# Let the load run, then crash the server in the middle of it
+$node->poll_query_until('postgres',
+	"SELECT count(*) > 400 FROM dlock.lease_state WHERE name LIKE 'c%'")
+  or die 'load did not start';
+$node->stop('immediate');
+$_->finish foreach @harness;
+$node->start;
+
+my %table;
+foreach my $line (split /\n/, $node->safe_psql('postgres',
+	q{SELECT name, token, expires_at, ended_at IS NOT NULL FROM dlock.lease_state WHERE name LIKE 'c%'}))
+{
+	my ($name, $token, $expires, $ended) = split /\|/, $line;
+	$table{$name} = { token => $token, expires => $expires, ended => $ended };
+}
+
+my ($acked, $bad, $dup) = (0, 0, 0);
+my %seen_token;
+my $max_token = 0;
+foreach my $c (1 .. $clients)
+{
+	my @lines = split /\n/, $out[$c];
+	my %last;
+	foreach my $line (@lines)
+	{
+		my ($kind, $name, $token, $expires) = split /\|/, $line;
+		$acked++;
+		if ($kind eq 'G')
+		{
+			$dup++ if $seen_token{$token}++;
+			$max_token = $token if $token > $max_token;
+		}
+		$last{$name} = [ $kind, $token, $expires ];
+	}
+	# The call after the last acknowledged one may have committed unseen
+	my $inflight = $ops[$c]->[ scalar @lines ];
+	my $inflight_name = $inflight ? $inflight->[1] : '';
+
+	foreach my $name (keys %last)
+	{
+		my ($kind, $token, $expires) = @{ $last{$name} };
+		my $row = $table{$name};
+		my $ok;
+		if ($kind eq 'X')
+		{
+			$ok = $row && $row->{ended} eq 't';
+		}
+		else
+		{
+			$ok = $row && $row->{token} eq $token
+			  && ($row->{expires} eq $expires && $row->{ended} eq 'f'
+				|| $name eq $inflight_name);
+		}
+		if (!$ok)
+		{
+			$bad++;
+			diag "client $c: $name acknowledged as $kind $token $expires, found "
+			  . ($row ? join(' ', %$row) : 'nothing');
+		}
+	}
+}
+note "$acked acknowledged calls before the crash";
+cmp_ok($acked, '>', 400, 'the load was running when the server crashed');
+cmp_ok($acked, '<', scalar(map { @$_ } @ops), 'the crash came in the middle of the load');
+is($bad, 0, 'every acknowledged grant, renewal and release survived the crash');
+is($dup, 0, 'no token was acknowledged twice');
+is($node->safe_psql('postgres',
+	q{SELECT count(*) = count(DISTINCT token) FROM dlock.lease_state}),
+	't', 'no token appears twice in the lease table');
+my $table_max = $node->safe_psql('postgres', 'SELECT max(token) FROM dlock.lease_state');
+my $next = $node->safe_psql('postgres', q{SELECT token FROM dlock.acquire('after-crash', '1h')});
+cmp_ok($next, '>', $max_token, 'the next token is larger than every acknowledged one');
+cmp_ok($next, '>', $table_max, 'the next token is larger than every one in the table');
+
+note 'kill -9 of a holder backend in the middle of its transaction';
+$node->safe_psql('postgres', q{SELECT dlock.acquire('kept', '1h', 'keeper')});
+my $kept = $node->safe_psql('postgres',
+	q{SELECT token || ' ' || expires_at FROM dlock.lease_state WHERE name = 'kept'});
+
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT dlock.acquire('k', '1h', 'h')});
+my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
+my $waiter = $node->background_psql('postgres');
+$waiter->query_until(qr/started/, qq{\\echo started
+SELECT dlock.acquire('k', '1h', 'w');
+});
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE query LIKE '%dlock.acquire(''k''%' AND wait_event_type = 'Lock'})
+  or die 'waiter did not wait';
+kill 'KILL', $holder_pid;
+$node->poll_query_until('postgres', 'SELECT true') or die 'server did not recover';
+eval { $holder->quit };
+eval { $waiter->quit };
+
+is($node->safe_psql('postgres',
+	q{SELECT token || ' ' || expires_at FROM dlock.lease_state WHERE name = 'kept'}),
+	$kept, 'a lease committed before the crash survives it');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state WHERE name = 'k'}),
+	'0', 'the killed holder\'s uncommitted grant is gone');
+is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left locked after the crash');
+is($node->safe_psql('postgres', q{SELECT owner FROM dlock.acquire('k', '1h', 'w', timeout => '5s')}),
+	'w', 'the waiter, retrying, is granted at once');
+
+note 'kill -9 of a waiter backend';
+my $waiter2 = $node->background_psql('postgres');
+$waiter2->query_until(qr/started/, qq{\\echo started
+SELECT dlock.acquire('k', '1h', 'w2');
+});
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE query LIKE '%dlock.acquire(''k''%' AND state = 'active'
+	  AND wait_event_type IN ('Lock', 'Extension')})
+  or die 'second waiter did not wait';
+my $waiter2_pid = $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
+	WHERE query LIKE '%dlock.acquire(''k''%' AND state = 'active' AND pid <> pg_backend_pid()});
+my $k_before = $node->safe_psql('postgres',
+	q{SELECT owner || ' ' || token || ' ' || expires_at FROM dlock.lease_state WHERE name = 'k'});
+kill 'KILL', $waiter2_pid;
+$node->poll_query_until('postgres', 'SELECT true') or die 'server did not recover';
+eval { $waiter2->quit };
+is($node->safe_psql('postgres',
+	q{SELECT owner || ' ' || token || ' ' || expires_at FROM dlock.lease_state WHERE name = 'k'}),
+	$k_before, 'the holder\'s lease is untouched by the killed waiter');
+is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left locked');
+is($node->safe_psql('postgres', q{SELECT dlock.release('k', 'w')}), 't', 'the holder releases');
+is($node->safe_psql('postgres', q{SELECT owner FROM dlock.acquire('k', '1h', 'w3', timeout => '5s')}),
+	'w3', 'a new waiter is granted at once');
+cmp_ok($node->safe_psql('postgres', q{SELECT token FROM dlock.leases WHERE name = 'k'}), '>', $next,
+	'tokens keep growing across the crashes');
+
+$node->stop;
+done_testing();

@@ -1,0 +1,122 @@
+# Streaming replication and failover.  With a synchronous standby, a grant
+# acknowledged by the primary is on the standby (even when the client asked
+# for synchronous_commit = off), and after promotion the lease is held by the
+# same owner with the same token, and the next grant is larger.  With
+# asynchronous replication, an acknowledged grant can be lost in a failover:
+# the test shows it.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+note 'synchronous replication, remote_apply';
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->start;
+$primary->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$primary->backup('base');
+
+my $standby = PostgreSQL::Test::Cluster->new('standby1');
+$standby->init_from_backup($primary, 'base', has_streaming => 1);
+$standby->start;
+$primary->append_conf('postgresql.conf', qq(
+synchronous_standby_names = 'standby1'
+synchronous_commit = remote_apply
+));
+$primary->reload;
+$primary->poll_query_until('postgres',
+	q{SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'standby1'})
+  or die 'standby did not become synchronous';
+
+my $lease = $primary->safe_psql('postgres',
+	q{SELECT owner || ' ' || token FROM dlock.acquire('job', '1h', 'worker-1')});
+is($standby->safe_psql('postgres',
+	q{SELECT owner || ' ' || token FROM dlock.leases WHERE name = 'job' AND state = 'live'}),
+	$lease, 'an acknowledged grant is on the synchronous standby at once');
+
+# A client that turns synchronous_commit off still gets a grant that is on
+# the standby when acknowledged: dlock raises the setting for the grant's
+# commit.  With the standby down, that commit waits; an ordinary commit with
+# synchronous_commit = off does not.
+$standby->stop;
+my $bg = $primary->background_psql('postgres');
+$bg->query_until(qr/started/, qq{\\echo started
+SET synchronous_commit = off;
+SELECT 'granted-' || owner FROM dlock.acquire('job2', '1h', 'worker-2');
+});
+ok($primary->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'}),
+	'with synchronous_commit = off, a grant still waits for the synchronous standby');
+$primary->safe_psql('postgres', 'SET synchronous_commit = off; CREATE TABLE probe ()');
+pass('an ordinary commit with synchronous_commit = off does not wait');
+$standby->start;
+like($bg->query_until(qr/granted-worker-2/, ''), qr/granted-worker-2/,
+	'the grant is acknowledged once the standby has it');
+$bg->quit;
+$standby->poll_query_until('postgres',
+	q{SELECT owner = 'worker-2' FROM dlock.leases WHERE name = 'job2'})
+  or die 'grant not on the standby';
+is($primary->safe_psql('postgres', q{SET synchronous_commit = off;
+	SELECT dlock.release('job2', 'worker-2'); SHOW synchronous_commit}),
+	"t\noff", 'the caller\'s own setting is left as it was');
+
+my ($stdout, $stderr);
+$standby->psql('postgres', q{SELECT dlock.acquire('job', '1h', 'x')},
+	stdout => \$stdout, stderr => \$stderr);
+like($stderr, qr/cannot change leases during recovery/, 'the standby refuses grants');
+
+my $max_before = $primary->safe_psql('postgres', 'SELECT max(token) FROM dlock.lease_state');
+$primary->stop('immediate');
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'promotion failed';
+is($standby->safe_psql('postgres',
+	q{SELECT owner || ' ' || token FROM dlock.leases WHERE name = 'job' AND state = 'live'}),
+	$lease, 'after failover the lease is held by the same owner with the same token');
+is($standby->safe_psql('postgres', q{SELECT dlock.try_acquire('job', '1h', 'worker-3') IS NULL}),
+	't', 'another owner is refused on the new primary');
+my ($owner, $token) = split / /, $lease;
+cmp_ok($standby->safe_psql('postgres', q{SELECT token FROM dlock.acquire('job-next', '1h')}),
+	'>', $max_before, 'the first grant on the new primary is larger than every token before');
+is($standby->safe_psql('postgres', "SELECT dlock.fence('job', $token)"), 't',
+	'the holder\'s token still passes the fence on the new primary');
+$standby->stop;
+
+note 'asynchronous replication: what a failover can lose';
+my $p2 = PostgreSQL::Test::Cluster->new('async_primary');
+$p2->init(allows_streaming => 1);
+$p2->start;
+$p2->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$p2->backup('base2');
+my $s2 = PostgreSQL::Test::Cluster->new('async_standby');
+$s2->init_from_backup($p2, 'base2', has_streaming => 1);
+$s2->start;
+my $replicated = $p2->safe_psql('postgres',
+	q{SELECT token FROM dlock.acquire('replicated', '1h', 'a')});
+$p2->wait_for_catchup($s2);
+
+# Cut the stream, then grant on the primary: acknowledged, never replicated
+$s2->append_conf('postgresql.conf', "primary_conninfo = ''\n");
+$s2->reload;
+$p2->poll_query_until('postgres', 'SELECT count(*) = 0 FROM pg_stat_replication')
+  or die 'replication did not stop';
+my $lost = $p2->safe_psql('postgres', q{SELECT token FROM dlock.acquire('lost', '1h', 'b')});
+ok($lost > $replicated, 'the primary acknowledged a grant after the stream was cut');
+$p2->stop('immediate');
+$s2->promote;
+$s2->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'promotion failed';
+
+is($s2->safe_psql('postgres', q{SELECT token FROM dlock.leases WHERE name = 'replicated'}),
+	$replicated, 'a grant replicated before the failover survives it');
+is($s2->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state WHERE name = 'lost'}),
+	'0', 'an acknowledged grant that was not replicated is lost in an asynchronous failover');
+my $after = $s2->safe_psql('postgres', q{SELECT token FROM dlock.acquire('lost', '1h', 'c')});
+cmp_ok($after, '>', $replicated, 'the new primary issues tokens above every replicated one');
+note "lost grant had token $lost; the new primary's first grant has token $after"
+  . ($after <= $lost ? ' (a token at or below the lost one: it may be issued twice)' : '');
+$s2->stop;
+
+done_testing();
