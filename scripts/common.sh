@@ -10,7 +10,7 @@ PG_MAJOR=${PG_MAJOR:-15}
 PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=${PG_CONFIG:-$PG_BINDIR/pg_config}
 DEBIAN_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-                 libipc-run-perl)
+                 libipc-run-perl libfaketime)
 
 SRC_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
