@@ -15,7 +15,7 @@ ISOLATION      = race fence_regrant stale_snapshot rollback \
 ISOLATION_OPTS = --load-extension=dlock
 TAP_TESTS      = 1
 
-EXTRA_CLEAN = tmp_instance
+EXTRA_CLEAN = tmp_instance cli/dlock
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -25,6 +25,27 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 
 include $(PGXS)
+
+# The dlock command-line client (cli/), built and installed with the module
+CLI_SRCS   = cli/main.c cli/db.c cli/run.c
+CLI_BINDIR ?= /usr/local/bin
+
+all: cli/dlock
+
+cli/dlock: $(CLI_SRCS) cli/dlock_cli.h
+	$(CC) $(CFLAGS) $(PG_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
+		-L$(shell $(PG_CONFIG) --libdir) -lpq -lm
+
+install: install-cli
+install-cli: cli/dlock
+	$(MKDIR_P) '$(DESTDIR)$(CLI_BINDIR)'
+	$(INSTALL_PROGRAM) cli/dlock '$(DESTDIR)$(CLI_BINDIR)/dlock'
+
+uninstall: uninstall-cli
+uninstall-cli:
+	rm -f '$(DESTDIR)$(CLI_BINDIR)/dlock'
+
+.PHONY: install-cli uninstall-cli
 
 # Whole suite on a throwaway cluster; installs what is missing (see README)
 .PHONY: test demo bench

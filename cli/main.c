@@ -1,0 +1,360 @@
+/*
+ * main.c
+ *	  The dlock command: option parsing, help, and the commands that are a
+ *	  single query (status, release, force-release).  "run" lives in run.c.
+ */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock_cli.h"
+
+Verbosity	verbosity = VERBOSITY_NORMAL;
+const char *progname = "dlock";
+
+static void vmessage(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
+static void
+vmessage(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", progname);
+	vfprintf(stderr, fmt, ap);
+	if (fmt[strlen(fmt) - 1] != '\n')
+		fputc('\n', stderr);
+}
+
+/* note - always shown */
+void
+note(const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vmessage(fmt, ap);
+	va_end(ap);
+}
+
+/* info - shown with --verbose only */
+void
+info(const char *fmt,...)
+{
+	va_list		ap;
+
+	if (verbosity != VERBOSITY_VERBOSE)
+		return;
+	va_start(ap, fmt);
+	vmessage(fmt, ap);
+	va_end(ap);
+}
+
+/* complain - an error; shown unless --quiet */
+void
+complain(const char *fmt,...)
+{
+	va_list		ap;
+
+	if (verbosity == VERBOSITY_QUIET)
+		return;
+	va_start(ap, fmt);
+	vmessage(fmt, ap);
+	va_end(ap);
+}
+
+static void
+usage(FILE *out)
+{
+	fprintf(out,
+			"dlock runs a command under a dlock lease, and shows and ends leases.\n"
+			"\n"
+			"Usage:\n"
+			"  dlock run NAME [OPTION]... -- COMMAND [ARG]...\n"
+			"  dlock status [NAME] [--json]\n"
+			"  dlock release NAME --owner OWNER\n"
+			"  dlock force-release NAME\n"
+			"\n"
+			"run: acquire lease NAME, run COMMAND as a child in its own process group,\n"
+			"renew the lease every ttl/3, release it when the child exits, and exit with\n"
+			"the child's status.  The child gets DLOCK_NAME, DLOCK_TOKEN, DLOCK_OWNER and\n"
+			"DLOCK_EXPIRES_AT in its environment, to fence its writes with dlock.fence().\n"
+			"If the lease is lost (a renew says it is gone, or no renew succeeded in time),\n"
+			"the child's process group gets SIGTERM at once and SIGKILL after --kill-after.\n"
+			"\n"
+			"Options for run:\n"
+			"      --ttl=DURATION            lease ttl (default 30s)\n"
+			"      --wait=DURATION|forever   how long to wait for the lease (default 0)\n"
+			"      --owner=OWNER             owner string (default: generated)\n"
+			"      --lock-delay=DURATION     lock-delay after expiry (default: server's)\n"
+			"      --session-bound           the lease also ends with this connection\n"
+			"      --conflict-exit-code=N    exit code when the lease is busy (default 75)\n"
+			"      --kill-after=DURATION     SIGTERM-to-SIGKILL grace (default 10s)\n"
+			"\n"
+			"Common options:\n"
+			"  -d, --dbname=CONNINFO         database to connect to (conninfo or URI)\n"
+			"  -q, --quiet                   no messages, only the exit code\n"
+			"  -v, --verbose                 report each step on stderr\n"
+			"      --json                    status as JSON\n"
+			"  -h, --help                    show this help and exit\n"
+			"\n"
+			"DURATION is PostgreSQL interval text: 30s, '5 min', 1h.  Connection settings\n"
+			"also come from libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER, ...);\n"
+			"the application name defaults to dlock.\n"
+			"\n"
+			"Exit codes: the child's status for run (128+N if it died of signal N); 0 done;\n"
+			"1 release: not held by OWNER; 64 bad arguments; 69 database unreachable;\n"
+			"70 unexpected server error; 75 lease busy (--conflict-exit-code);\n"
+			"79 lease lost, child killed.\n");
+}
+
+static int	bad_usage(const char *fmt, const char *arg) __attribute__((format(printf, 1, 0)));
+
+static int
+bad_usage(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "%s: ", progname);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry \"%s --help\" for more information.\n", progname);
+	return EXIT_USAGE;
+}
+
+static int
+server_error(PGconn *conn, PGresult *res)
+{
+	complain("%s", PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	PQclear(res);
+	PQfinish(conn);
+	return EXIT_SOFTWARE;
+}
+
+/* json_string - print s as a JSON string */
+static void
+json_string(const char *s)
+{
+	putchar('"');
+	for (; *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+static int
+cmd_status(const char *dbname, const char *name, bool json)
+{
+	PGconn	   *conn = db_connect(dbname, true);
+	const char *params[1] = {name};
+	PGresult   *res = db_exec(conn,
+							  "SELECT name, token::text, holder_role::text, state,"
+							  "       to_char(acquired_at, 'YYYY-MM-DD HH24:MI:SS.MSOF'),"
+							  "       CASE WHEN state = 'live' THEN"
+							  "         round(extract(epoch FROM expires_at - clock_timestamp()), 3)::text END,"
+							  "       coalesce(owner, '')"
+							  "  FROM dlock.leases"
+							  " WHERE ($1::text IS NULL OR name = $1) AND (state = 'live' OR $1 IS NOT NULL)"
+							  " ORDER BY name",
+							  1, params);
+
+	if (!db_result_ok(res))
+		return server_error(conn, res);
+
+	if (json)
+	{
+		printf("[");
+		for (int i = 0; i < PQntuples(res); i++)
+		{
+			printf(i ? ",\n " : "");
+			printf("{\"name\": ");
+			json_string(PQgetvalue(res, i, 0));
+			printf(", \"token\": %s, \"holder_role\": ", PQgetvalue(res, i, 1));
+			json_string(PQgetvalue(res, i, 2));
+			printf(", \"state\": ");
+			json_string(PQgetvalue(res, i, 3));
+			printf(", \"acquired_at\": ");
+			json_string(PQgetvalue(res, i, 4));
+			printf(", \"expires_in_seconds\": %s}",
+				   PQgetisnull(res, i, 5) ? "null" : PQgetvalue(res, i, 5));
+		}
+		printf("]\n");
+	}
+	else
+	{
+		printf("%-30s %10s %-16s %-14s %-30s %s\n",
+			   "NAME", "TOKEN", "HOLDER ROLE", "STATE", "ACQUIRED", "EXPIRES IN");
+		for (int i = 0; i < PQntuples(res); i++)
+		{
+			char		expires[64] = "-";
+
+			if (!PQgetisnull(res, i, 5))
+				snprintf(expires, sizeof(expires), "%ss", PQgetvalue(res, i, 5));
+			printf("%-30s %10s %-16s %-14s %-30s %s\n",
+				   PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
+				   PQgetvalue(res, i, 3), PQgetvalue(res, i, 4), expires);
+		}
+	}
+	PQclear(res);
+	PQfinish(conn);
+	return EXIT_OK;
+}
+
+static int
+cmd_release(const char *dbname, const char *name, const char *owner, bool force)
+{
+	PGconn	   *conn = db_connect(dbname, true);
+	const char *params[2] = {name, owner};
+	PGresult   *res = force
+		? db_exec(conn, "SELECT dlock.force_release($1)", 1, params)
+		: db_exec(conn, "SELECT dlock.release($1, $2)", 2, params);
+	bool		ended;
+
+	if (!db_result_ok(res))
+		return server_error(conn, res);
+	ended = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	if (!ended && verbosity != VERBOSITY_QUIET)
+		note(force ? "lease \"%s\" was not live" : "lease \"%s\" is not held by that owner", name);
+	PQclear(res);
+	PQfinish(conn);
+	return ended ? EXIT_OK : EXIT_NOT_HELD;
+}
+
+enum
+{
+	OPT_TTL = 256, OPT_WAIT, OPT_OWNER, OPT_LOCK_DELAY, OPT_SESSION_BOUND,
+	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON
+};
+
+int
+main(int argc, char **argv)
+{
+	static const struct option long_options[] = {
+		{"dbname", required_argument, NULL, 'd'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{"ttl", required_argument, NULL, OPT_TTL},
+		{"wait", required_argument, NULL, OPT_WAIT},
+		{"owner", required_argument, NULL, OPT_OWNER},
+		{"lock-delay", required_argument, NULL, OPT_LOCK_DELAY},
+		{"session-bound", no_argument, NULL, OPT_SESSION_BOUND},
+		{"conflict-exit-code", required_argument, NULL, OPT_CONFLICT},
+		{"kill-after", required_argument, NULL, OPT_KILL_AFTER},
+		{"json", no_argument, NULL, OPT_JSON},
+		{NULL, 0, NULL, 0}
+	};
+	RunOptions	run = {
+		.ttl = "30s", .wait = "0", .kill_after = "10s",
+		.conflict_exit_code = EXIT_CONFLICT
+	};
+	const char *command;
+	bool		json = false;
+	int			c;
+
+	if (argc < 2)
+	{
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	command = argv[1];
+	if (strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0 ||
+		strcmp(command, "help") == 0)
+	{
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (strcmp(command, "run") != 0 && strcmp(command, "status") != 0 &&
+		strcmp(command, "release") != 0 && strcmp(command, "force-release") != 0)
+		return bad_usage("unknown command \"%s\"", command);
+
+	/* NAME comes first; "+" stops at the first non-option or at "--" */
+	optind = 2;
+	if (argc > 2 && argv[2][0] != '-')
+	{
+		run.name = argv[2];
+		optind = 3;
+	}
+	while ((c = getopt_long(argc, argv, "+d:qvh", long_options, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case 'd':
+				run.dbname = optarg;
+				break;
+			case 'q':
+				verbosity = VERBOSITY_QUIET;
+				break;
+			case 'v':
+				verbosity = VERBOSITY_VERBOSE;
+				break;
+			case 'h':
+				usage(stdout);
+				return EXIT_OK;
+			case OPT_TTL:
+				run.ttl = optarg;
+				break;
+			case OPT_WAIT:
+				run.wait = strcmp(optarg, "forever") == 0 ? NULL : optarg;
+				break;
+			case OPT_OWNER:
+				run.owner = optarg;
+				break;
+			case OPT_LOCK_DELAY:
+				run.lock_delay = optarg;
+				break;
+			case OPT_SESSION_BOUND:
+				run.session_bound = true;
+				break;
+			case OPT_CONFLICT:
+				{
+					char	   *end;
+					long		code = strtol(optarg, &end, 10);
+
+					if (*optarg == '\0' || *end != '\0' || code < 0 || code > 255)
+						return bad_usage("invalid --conflict-exit-code \"%s\": give 0 to 255", optarg);
+					run.conflict_exit_code = (int) code;
+				}
+				break;
+			case OPT_KILL_AFTER:
+				run.kill_after = optarg;
+				break;
+			case OPT_JSON:
+				json = true;
+				break;
+			default:
+				fprintf(stderr, "Try \"%s --help\" for more information.\n", progname);
+				return EXIT_USAGE;
+		}
+	}
+
+	if (strcmp(command, "status") == 0)
+	{
+		if (optind < argc)
+			return bad_usage("unexpected argument \"%s\"", argv[optind]);
+		return cmd_status(run.dbname, run.name, json);
+	}
+	if (run.name == NULL || run.name[0] == '\0')
+		return bad_usage("%s: a lease NAME is required", command);
+
+	if (strcmp(command, "release") == 0 || strcmp(command, "force-release") == 0)
+	{
+		bool		force = strcmp(command, "force-release") == 0;
+
+		if (optind < argc)
+			return bad_usage("unexpected argument \"%s\"", argv[optind]);
+		if (!force && run.owner == NULL)
+			return bad_usage("%s: --owner is required", command);
+		return cmd_release(run.dbname, run.name, run.owner, force);
+	}
+
+	/* run: getopt has consumed the "--" */
+	if (optind >= argc)
+		return bad_usage("%s: a COMMAND to run is required after --", command);
+	run.command = &argv[optind];
+	return run_command(&run);
+}

@@ -1,0 +1,197 @@
+# The dlock command: runs a command under a lease, gives it the token,
+# releases on exit, stops it promptly when the lease is lost, survives a
+# server restart, forwards signals, and rejects bad arguments.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $dlock = -x '/usr/local/bin/dlock' ? '/usr/local/bin/dlock' : "$ENV{TESTDIR}/cli/dlock";
+plan skip_all => 'the dlock command is not built' unless -x $dlock;
+
+my $node = PostgreSQL::Test::Cluster->new('cli');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$ENV{PGHOST} = $node->host;
+$ENV{PGPORT} = $node->port;
+$ENV{PGDATABASE} = 'postgres';
+my $dir = $node->basedir;
+
+sub state_of
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce((SELECT state FROM dlock.leases WHERE name = '$name'), 'none')");
+}
+
+sub run_dlock
+{
+	my @args = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $dlock, @args ], '>', \$out, '2>', \$err);
+	return ($? >> 8, $out, $err);
+}
+
+# A child that appends a timestamp to a file every 50 ms until stopped
+sub ticking_child
+{
+	my ($file, $seconds) = @_;
+	return ('sh', '-c', "end=\$((\$(date +%s) + $seconds)); while [ \$(date +%s) -lt \$end ]; do date +%s.%N >> $file; sleep 0.05; done");
+}
+
+sub last_tick
+{
+	my ($file) = @_;
+	open my $fh, '<', $file or return 0;
+	my @lines = <$fh>;
+	chomp(my $last = $lines[-1] // '0');
+	return $last;
+}
+
+note 'bad arguments';
+foreach my $args ([], ['run'], [ 'run', 'x' ], [ 'run', 'x', '--' ], [ 'bogus' ],
+	[ 'run', 'x', '--bogus', '--', 'true' ], [ 'run', 'x', '--conflict-exit-code=300', '--', 'true' ],
+	[ 'release', 'x' ], [ 'status', 'a', 'b' ])
+{
+	my ($rc) = run_dlock(@$args);
+	is($rc, 64, "dlock @$args: usage error 64");
+}
+my ($rc, $out, $err) = run_dlock('run', 'x', '--ttl', 'soon', '--', 'true');
+is($rc, 64, 'a duration PostgreSQL does not accept is a usage error');
+like($err, qr/invalid --ttl "soon"/, 'and says which option');
+($rc) = run_dlock('run', 'x', '--ttl', '2 days', '--', 'true');
+is($rc, 64, 'a ttl the server rejects (over dlock.max_ttl) is a usage error');
+($rc, $out) = run_dlock('--help');
+is($rc, 0, '--help exits 0');
+like($out, qr/Exit codes:/, '--help documents the exit codes');
+
+note 'the child sees the lease, and it is released on exit';
+($rc, $out) = run_dlock('run', 'job', '--owner', 'cron-1', '--',
+	'sh', '-c', 'echo "$DLOCK_NAME $DLOCK_TOKEN $DLOCK_OWNER $DLOCK_EXPIRES_AT"; exit 3');
+is($rc, 3, 'dlock exits with the child\'s status');
+my ($name, $token, $owner) = split / /, $out;
+is("$name $owner", 'job cron-1', 'the child gets DLOCK_NAME and DLOCK_OWNER');
+is($token, $node->safe_psql('postgres', q{SELECT token FROM dlock.leases WHERE name = 'job'}),
+	'the child gets the lease\'s token in DLOCK_TOKEN');
+is(state_of('job'), 'released', 'the lease is released when the child exits');
+($rc) = run_dlock('run', 'job', '--', 'sh', '-c', 'kill -KILL $$');
+is($rc, 128 + 9, 'a child killed by a signal gives 128 + the signal');
+
+note 'two runs of one name';
+my $first = IPC::Run::start([ $dlock, 'run', 'shared', '--', 'sleep', '2' ]);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'shared' AND state = 'live'})
+  or die 'first run did not start';
+($rc) = run_dlock('run', 'shared', '--', 'true');
+is($rc, 75, 'the second run gets the conflict exit code');
+($rc) = run_dlock('run', 'shared', '--conflict-exit-code', '0', '--', 'false');
+is($rc, 0, '--conflict-exit-code sets it');
+my $t0 = time;
+($rc, $out) = run_dlock('run', 'shared', '--wait', '30s', '--', 'echo', 'second');
+is("$rc $out", "0 second\n", 'with --wait the second run waits and then runs');
+$first->finish;
+is($first->full_result >> 8, 0, 'the first run ended normally');
+
+note 'force-release stops the child within a second';
+my $ticks = "$dir/ticks-force";
+my $h = IPC::Run::start([ $dlock, 'run', 'forced', '--ttl', '2s', '--', ticking_child($ticks, 30) ],
+	'2>', \my $force_err);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'forced' AND state = 'live'})
+  or die 'run did not start';
+sleep 0.3;
+my $forced_at = time;
+$node->safe_psql('postgres', q{SELECT dlock.force_release('forced')});
+$h->finish;
+is($h->full_result >> 8, 79, 'dlock exits with 79 when the lease is lost');
+cmp_ok(last_tick($ticks) - $forced_at, '<', 1.0, 'the child stopped within a second of the force-release');
+like($force_err, qr/lease "forced" lost: the server says the lease is gone/, 'and says why on stderr');
+
+note 'a server-side expiry stops the child within a second';
+$ticks = "$dir/ticks-expiry";
+$h = IPC::Run::start([ $dlock, 'run', 'expiring', '--ttl', '2s', '--', ticking_child($ticks, 30) ],
+	'2>', \my $expiry_err);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'expiring' AND state = 'live'})
+  or die 'run did not start';
+sleep 0.3;
+my $expired_at = time;
+$node->safe_psql('postgres', q{UPDATE dlock.lease_state SET expires_at = clock_timestamp() WHERE name = 'expiring'});
+$h->finish;
+is($h->full_result >> 8, 79, 'an expired lease is a lost lease');
+cmp_ok(last_tick($ticks) - $expired_at, '<', 1.0, 'the child stopped within a second of the expiry');
+
+note 'a server restart during a run';
+$ticks = "$dir/ticks-restart";
+$h = IPC::Run::start([ $dlock, 'run', 'restart', '--ttl', '6s', '-v', '--', ticking_child($ticks, 5) ],
+	'2>', \my $restart_err);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'restart' AND state = 'live'})
+  or die 'run did not start';
+$node->restart;
+$h->finish;
+is($h->full_result >> 8, 0, 'the child was kept and finished normally across the restart');
+like($restart_err, qr/reconnected/, 'the client reconnected to renew');
+cmp_ok(last_tick($ticks), '>', time - 1.5, 'the child ran to its end');
+is(state_of('restart'), 'released', 'the lease was released after the restart');
+
+note 'signals are forwarded';
+my $trap = "$dir/trapped";
+$h = IPC::Run::start([ $dlock, 'run', 'signals', '--', 'sh', '-c',
+	"trap 'echo term > $trap; exit 7' TERM; sleep 20 & wait" ]);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'signals' AND state = 'live'})
+  or die 'run did not start';
+sleep 0.3;
+$h->signal('TERM');
+$h->finish;
+is($h->full_result >> 8, 7, 'SIGTERM reaches the child, and dlock exits with its status');
+ok(-e $trap, 'the child handled SIGTERM');
+is(state_of('signals'), 'released', 'the lease is released afterwards');
+
+note 'a crashed dlock';
+$h = IPC::Run::start([ $dlock, 'run', 'crashed', '--ttl', '2s', '--', 'sleep', '30' ]);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'crashed' AND state = 'live'})
+  or die 'run did not start';
+$h->signal('KILL');
+$h->finish;
+is(state_of('crashed'), 'live', 'the lease of a crashed dlock stays until its ttl');
+$node->poll_query_until('postgres', q{SELECT state = 'expired' FROM dlock.leases WHERE name = 'crashed'})
+  or die 'lease did not expire';
+pass('and not longer');
+$h = IPC::Run::start([ $dlock, 'run', 'bound', '--ttl', '1h', '--session-bound', '--', 'sleep', '30' ]);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'bound' AND state = 'live'})
+  or die 'run did not start';
+$h->signal('KILL');
+$h->finish;
+ok($node->poll_query_until('postgres', q{SELECT state = 'session_ended' FROM dlock.leases WHERE name = 'bound'}),
+	'with --session-bound, the lease ends with the crashed dlock');
+
+note 'status, release, force-release';
+$node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
+($rc, $out) = run_dlock('status');
+like($out, qr/^manual\s+\d+\s+\S+\s+live/m, 'status lists live leases');
+($rc, $out) = run_dlock('status', '--json');
+like($out, qr/"name": "manual", "token": \d+, "holder_role": "[^"]+", "state": "live"/, 'status --json');
+($rc) = run_dlock('release', 'manual', '--owner', 'someone-else');
+is($rc, 1, 'release by another owner exits 1');
+($rc) = run_dlock('release', 'manual', '--owner', 'me');
+is($rc, 0, 'release by the owner exits 0');
+$node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
+($rc) = run_dlock('force-release', 'manual');
+is($rc, 0, 'force-release exits 0');
+is(state_of('manual'), 'force_released', 'and ended the lease');
+
+SKIP:
+{
+	my ($valgrind) = grep { -x } map { "$_/valgrind" } split /:/, $ENV{PATH};
+	skip 'valgrind is not installed', 1 unless $valgrind;
+	my ($vout, $verr) = ('', '');
+	IPC::Run::run([ $valgrind, '--leak-check=full', '--errors-for-leak-kinds=definite',
+		'--error-exitcode=99', $dlock, 'run', 'vg', '--', 'true' ], '>', \$vout, '2>', \$verr);
+	is($? >> 8, 0, 'no leaks or memory errors under valgrind for a run with a short child')
+	  or diag $verr;
+}
+
+$node->stop;
+done_testing();
