@@ -59,6 +59,19 @@ run_suite isolation installcheck REGRESS= TAP_TESTS= \
     EXTRA_REGRESS_OPTS="$TEMP_INSTANCE"
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
+# The lock-guarded set: a short fenced run (no acknowledged write may be
+# lost) and a control run without the fence (which must lose some)
+say "stress (short run)"
+if bash "$SRC_DIR/stress/run.sh" >"$WORK/stress.out" 2>&1; then
+    grep -E '^(mode=|attempts=|final_set=|tokens in|RESULT)' "$WORK/stress.out" || true
+    echo "ok - stress checker, fenced and control runs"
+    passed=$((passed + 1))
+else
+    tail -n 40 "$WORK/stress.out"
+    echo "not ok - stress checker"
+    failed=$((failed + 1))
+fi
+
 # The benchmark must keep working: a quick smoke run (figures mean nothing)
 say "bench (smoke run)"
 if BENCH_QUICK=1 bash "$SRC_DIR/bench/run.sh" >"$WORK/bench.out" 2>&1; then
