@@ -69,7 +69,8 @@ typedef enum GrantOutcome
 	GRANT_HELD,					/* another owner holds a live lease */
 	GRANT_DELAYED,				/* the lease ended and is in its lock-delay */
 	GRANT_BUSY,					/* the name's lock was not available in time */
-	GRANT_QUEUED				/* other waiters are ahead in the queue */
+	GRANT_QUEUED,				/* other waiters are ahead in the queue */
+	GRANT_FREE					/* (internal) the name may be granted */
 } GrantOutcome;
 
 /* A request to acquire, as parsed from the arguments */
@@ -253,6 +254,35 @@ Refusal(LeaseStore *store, const LeaseName *name, LOCKMODE held,
 }
 
 /*
+ * SettleUnlessFree - read the name's row (the caller holds the name's lock
+ * in mode held) and settle the attempt unless the name is free: extend the
+ * same owner's live lease, or refuse and release the lock.  GRANT_FREE when
+ * a new grant may be made.
+ */
+static GrantOutcome
+SettleUnlessFree(LeaseStore *store, const GrantRequest *req, LOCKMODE held,
+				 LeaseRow *row, GrantWait *wait)
+{
+	TimestampTz now;
+	TimestampTz until = DT_NOEND;
+	LeaseStatus status;
+
+	LeaseStoreFetch(store, &req->name, row);
+	now = GetCurrentTimestamp();
+	status = LeaseStatusAt(row, now, &until);
+
+	if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
+	{
+		ExtendLease(store, &req->name, row, req->ttl_us, now);
+		LeaseStoreClose(store);
+		return GRANT_DONE;
+	}
+	if (status != LEASE_FREE)
+		return Refusal(store, &req->name, held, status, row, until, wait);
+	return GRANT_FREE;
+}
+
+/*
  * AttemptGrant - one attempt to grant or extend a lease
  *
  * Lock waits (for a transaction that is changing the name, or one that
@@ -267,26 +297,15 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 {
 	LeaseStore	store;
 	const LeaseName *name = &req->name;
-	TimestampTz now;
-	TimestampTz until = DT_NOEND;
-	LeaseStatus status;
+	GrantOutcome outcome;
 
 	if (!NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, limit))
 		return GRANT_BUSY;
 
 	LeaseStoreOpen(&store, RowExclusiveLock);
-	LeaseStoreFetch(&store, name, row);
-	now = GetCurrentTimestamp();
-	status = LeaseStatusAt(row, now, &until);
-
-	if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
-	{
-		ExtendLease(&store, name, row, req->ttl_us, now);
-		LeaseStoreClose(&store);
-		return GRANT_DONE;
-	}
-	if (status != LEASE_FREE)
-		return Refusal(&store, name, DLOCK_CHANGE_LOCKMODE, status, row, until, wait);
+	outcome = SettleUnlessFree(&store, req, DLOCK_CHANGE_LOCKMODE, row, wait);
+	if (outcome != GRANT_FREE)
+		return outcome;
 	if (extend_only)
 	{
 		NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
@@ -308,17 +327,9 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 			LeaseStoreClose(&store);
 			return GRANT_BUSY;
 		}
-		LeaseStoreFetch(&store, name, row);
-		now = GetCurrentTimestamp();
-		status = LeaseStatusAt(row, now, &until);
-		if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
-		{
-			ExtendLease(&store, name, row, req->ttl_us, now);
-			LeaseStoreClose(&store);
-			return GRANT_DONE;
-		}
-		if (status != LEASE_FREE)
-			return Refusal(&store, name, DLOCK_GRANT_LOCKMODE, status, row, until, wait);
+		outcome = SettleUnlessFree(&store, req, DLOCK_GRANT_LOCKMODE, row, wait);
+		if (outcome != GRANT_FREE)
+			return outcome;
 	}
 
 	GrantNewLease(&store, req, row);
