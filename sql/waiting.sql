@@ -94,6 +94,14 @@ SELECT owner FROM dlock.try_acquire('w:sb1', '50ms', 'a', session_bound => true)
 SELECT pg_sleep(0.1);
 SELECT owner FROM dlock.try_acquire('w:sb2', '1h', 'a', session_bound => true);
 SELECT count(*) AS session_locks FROM my_dlock_locks;
+-- an expired session-bound lease keeps its lock-delay, also after this
+-- backend's next session-bound grant
+SELECT owner FROM dlock.try_acquire('w:sbd', '50ms', 'a', lock_delay => '1h', session_bound => true);
+SELECT pg_sleep(0.1);
+SELECT owner FROM dlock.try_acquire('w:sbd2', '1h', 'a', session_bound => true);
+SELECT state, grantable_at = expires_at + lock_delay AS delay_kept FROM dlock.leases WHERE name = 'w:sbd';
+SELECT dlock.try_acquire('w:sbd', '1h', 'b') IS NULL AS refused_in_delay;
+SELECT dlock.release('w:sbd2', 'a');
 -- fence sees a live session-bound lease
 SELECT dlock.fence('w:sb2', token) AS fenced FROM dlock.leases WHERE name = 'w:sb2';
 -- DISCARD ALL drops session-level advisory locks: it ends the lease

@@ -16,7 +16,8 @@
  * The backend remembers its own session-bound leases here:
  *	- a grant rolled back with its transaction releases its session lock;
  *	- leases that have ended meanwhile (released, force-released, expired)
- *	  have their session lock released by SessionLeasePrune();
+ *	  have their session lock released by SessionLeasePrune(), once their
+ *	  lock-delay is over;
  *	- at backend exit the locks are released first and the waiters of those
  *	  names are woken, so none sleeps until the ttl.
  *
@@ -190,6 +191,7 @@ SessionLeasePrune(void)
 	SessionLease *entry;
 	LeaseStore	store;
 	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz until;
 	List	   *ended = NIL;
 	ListCell   *lc;
 
@@ -207,8 +209,14 @@ SessionLeasePrune(void)
 			continue;
 		LeaseNameInit(&name, entry->name, entry->name_len);
 		LeaseStoreFetch(&store, &name, &row);
-		if (!row.found || row.token != entry->token || row.ended ||
-			row.expires_at <= now)
+
+		/*
+		 * Keep the lock through the lease's lock-delay: while it is held,
+		 * the lease counts as ended by expiry (or force_release), not as
+		 * ended by its backend's exit, and the delay applies.
+		 */
+		if (!row.found || row.token != entry->token ||
+			LeaseStatusAt(&row, now, &until) == LEASE_FREE)
 			ended = lappend(ended, entry);
 	}
 	LeaseStoreClose(&store);
