@@ -35,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "dlock.h"
+#include "dlock_compat.h"
 
 PG_FUNCTION_INFO_V1(dlock_fence);
 
@@ -203,11 +204,23 @@ dlock_fence(PG_FUNCTION_ARGS)
 	int64		token;
 	FenceEntry *entry;
 
+	/*
+	 * The per-row fast path: the same arguments as the previous call, checked
+	 * before anything else (even hashing the name) is done.  A repeated
+	 * answer needs no argument checks: they passed the first time.
+	 */
+	if (LastFence != NULL && !PG_ARGISNULL(0) && !PG_ARGISNULL(1))
+	{
+		text	   *t = PG_GETARG_TEXT_PP(0);
+
+		if (LastFence->key.token == PG_GETARG_INT64(1) &&
+			LastFence->name_len == (int) VARSIZE_ANY_EXHDR(t) &&
+			memcmp(LastFence->name, VARDATA_ANY(t), LastFence->name_len) == 0)
+			PG_RETURN_BOOL(LastFence->result);
+	}
+
 	ArgGetName(fcinfo, 0, &name);
 	token = ArgGetToken(fcinfo, 1);
-
-	if (LastFence != NULL && FenceEntryMatches(LastFence, &name, token))
-		PG_RETURN_BOOL(LastFence->result);
 
 	entry = FenceCacheLookup(&name, token);
 	if (entry == NULL)
