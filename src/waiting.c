@@ -113,14 +113,38 @@ WakeQueueHead(const LeaseName *name)
 }
 
 /*
+ * QueueIsEmpty - whether nobody waits for the name right now
+ */
+static bool
+QueueIsEmpty(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	QueueLockTag(&tag, name);
+	if (LockAcquire(&tag, DLOCK_QUEUE_LOCKMODE, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	LockRelease(&tag, DLOCK_QUEUE_LOCKMODE, false);
+	return true;
+}
+
+/*
  * WakeQueueHeadAtCommit - wake the name's queue head once this transaction
  * has committed (a wake-up before the commit is visible would be wasted)
+ *
+ * The caller holds the name's change lock.  When nobody waits now, nothing
+ * is needed at commit: a session that joins the queue later reads the lease
+ * under the name's lock, which it gets only after this commit.
  */
 void
 WakeQueueHeadAtCommit(const LeaseName *name)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	PendingWake *wake = palloc(offsetof(PendingWake, data) + name->len);
+	MemoryContext old;
+	PendingWake *wake;
+
+	if (QueueIsEmpty(name))
+		return;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	wake = palloc(offsetof(PendingWake, data) + name->len);
 
 	wake->len = name->len;
 	memcpy(wake->data, name->data, name->len);
