@@ -82,7 +82,10 @@ run_check "stress checker, fenced and control runs" \
     '^(mode=|attempts=|final_set=|tokens in|RESULT)' bash "$SRC_DIR/stress/run.sh"
 
 # The benchmark must keep working: a quick smoke run (figures mean nothing)
-run_check "make bench (quick mode)" '^(release|expiry|one hot)' env BENCH_QUICK=1 bash "$SRC_DIR/bench/run.sh"
+run_check "make bench (quick mode): waiting" '^(release|expiry|one hot)' \
+    env BENCH_QUICK=1 bash "$SRC_DIR/bench/run.sh"
+run_check "make bench (quick mode): side by side" '^Whole run' \
+    env BENCH_QUICK=1 bash "$SRC_DIR/bench/compare.sh"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

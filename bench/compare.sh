@@ -1,0 +1,423 @@
+#!/usr/bin/env bash
+# dlock side by side with what people use instead, in one run on one
+# throwaway cluster (and one throwaway Redis), so that every method sees the
+# same machine, the same moment and the same settings.
+#
+#   lock cycles (acquire + release) on random names out of 10,000 with 1, 8
+#   and 32 clients, and on one hot name with 8 clients, each with
+#   synchronous_commit on and off; methods:
+#     durable floor       two one-row UPDATE transactions per cycle
+#     advisory locks      pg_advisory_xact_lock; pg_advisory_lock + unlock
+#     ShedLock-style      upsert that takes an expired row; UPDATE to release
+#     PL/pgSQL lease      hand-written lease with tokens (plpgsql_lease.sql)
+#     dlock               try_acquire (hot name: acquire) + release
+#     Redis               SET NX PX + compare-and-delete (redis_lock.c), AOF
+#                         appendfsync always (for "on") and everysec ("off")
+#   an UPDATE of 100,000 rows with and without a fence in its WHERE clause
+#   dlock's cycle rate with 1,000 versus 1,000,000 names in lease_state
+#   dlock.lease_state's size and HOT-update share after many cycles
+#
+# Methods run in turn (A B C A B C ...), REPS times each with a fixed
+# duration; the tables show the median of the repetitions.
+#
+# Needs dlock installed (make install).  Installs redis-server and
+# libhiredis-dev when they are missing.  BENCH_QUICK=1 runs in under a
+# minute to show that the benchmark works; its figures mean nothing.
+# SECONDS_PER_RUN, REPS, POLL_MS and CHURN_SECONDS override the defaults.
+
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
+
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    SECONDS_PER_RUN=1 REPS=1 FENCE_REPS=1 CHURN_SECONDS=1
+    SMALL_NAMES=1000 BIG_NAMES=20000 CHURN_TARGET=1000000
+else
+    SECONDS_PER_RUN=${SECONDS_PER_RUN:-8} REPS=${REPS:-2} FENCE_REPS=${FENCE_REPS:-7}
+    CHURN_SECONDS=${CHURN_SECONDS:-150}
+    SMALL_NAMES=1000 BIG_NAMES=1000000 CHURN_TARGET=1000000
+fi
+# Polling interval of the methods that cannot wait (ShedLock-style, PL/pgSQL
+# lease, Redis) on the hot name: retry 1 ms after a refused acquire
+POLL_MS=${POLL_MS:-1}
+NAMES=10000
+PG_PORT=54332
+REDIS_PORT=54379
+BENCH_DIR=$SRC_DIR/bench
+T0=$(date +%s)
+
+# --- packages -----------------------------------------------------------------
+
+ensure_bench_packages() {
+    local missing=() pkg
+    for pkg in redis-server libhiredis-dev; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' ||
+            missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return
+    say "installing ${missing[*]}"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >/dev/null
+    # The package may have started a system-wide Redis: not ours to keep
+    if command -v systemctl >/dev/null && systemctl is-active -q redis-server 2>/dev/null; then
+        as_root systemctl stop redis-server || true
+    elif command -v service >/dev/null && pgrep -x redis-server >/dev/null; then
+        as_root service redis-server stop >/dev/null 2>&1 || true
+    fi
+}
+
+ensure_packages
+ensure_bench_packages
+if [ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
+    echo "dlock is not installed in $("$PG_CONFIG" --bindir): run make install first" >&2
+    exit 1
+fi
+
+# --- cluster, Redis, programs -------------------------------------------------
+
+# The server log would otherwise get one ERROR line per refused acquire
+start_cluster "$PG_PORT" max_connections=100 \
+    log_min_messages=fatal log_min_error_statement=panic
+
+REDIS_PID=
+stop_redis() {
+    [ -n "$REDIS_PID" ] || return 0
+    kill -TERM "$REDIS_PID" 2>/dev/null || return 0
+    # A daemonized Redis is reaped by init, maybe late: an exited process that
+    # still shows up as a zombie has stopped all the same
+    for _ in $(seq 100); do
+        case "$(ps -o stat= -p "$REDIS_PID" 2>/dev/null)" in '' | Z*) return 0 ;; esac
+        sleep 0.1
+    done
+    kill -KILL "$REDIS_PID" 2>/dev/null || true
+}
+# Redis keeps its files in the cluster's work directory, so stop it first
+trap 'stop_redis; stop_cluster' EXIT
+trap 'exit 130' INT TERM
+
+run() {
+    as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres \
+        PGDATABASE="${DB:-postgres}" "$@"
+}
+psql_do() { run psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+psql_val() { run psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+
+mkdir -p "$WORK/bin" "$WORK/sql" "$WORK/logs"
+cp "$BENCH_DIR"/sql/*.sql "$BENCH_DIR/plpgsql_lease.sql" "$WORK/sql/"
+cc -O2 -Wall -Wextra -Werror -pthread -o "$WORK/bin/redis_lock" \
+    "$BENCH_DIR/redis_lock.c" -lhiredis -lm
+[ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/bin" "$WORK/sql" "$WORK/logs"
+
+if (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; then
+    echo "port $REDIS_PORT is in use; Redis cannot start there" >&2
+    exit 1
+fi
+as_run_user mkdir -p "$WORK/redis"
+# Loopback only, no snapshots, AOF on; appendfsync is switched per table
+as_run_user redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --protected-mode yes \
+    --dir "$WORK/redis" --save '' --appendonly yes --appendfsync always \
+    --daemonize yes --pidfile "$WORK/redis/redis.pid" --logfile "$WORK/redis/redis.log"
+redis() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+for _ in $(seq 100); do
+    [ -s "$WORK/redis/redis.pid" ] && [ "$(redis ping 2>/dev/null)" = PONG ] && break
+    sleep 0.1
+done
+REDIS_PID=$(cat "$WORK/redis/redis.pid" 2>/dev/null || true)
+if [ -z "$REDIS_PID" ] || [ "$(redis ping 2>/dev/null)" != PONG ]; then
+    echo "Redis did not start:" >&2
+    cat "$WORK/redis/redis.log" >&2 || true
+    exit 1
+fi
+
+say "setting up"
+psql_do -f "$WORK/sql/helpers.sql" -f "$WORK/sql/plpgsql_lease.sql" -f "$WORK/sql/setup.sql"
+psql_do -v names="$NAMES" -f "$WORK/sql/dlock_fill.sql"
+psql_do -c 'VACUUM ANALYZE'
+
+# --- one run of one method ----------------------------------------------------
+
+# latency_stats DIR: "mean_ms p99_ms" of the cycles in pgbench's
+# per-transaction logs (column 3, microseconds; refused cycles say "failed")
+latency_stats() {
+    cat "$1"/tx* | awk '$3 != "failed" { print $3 }' | sort -n |
+        awk '{ v[NR] = $1; sum += $1 }
+             END {
+                 if (NR == 0) { print "nan nan"; exit }
+                 i = int(0.99 * NR); if (i < 0.99 * NR) i++    # ceil: nearest rank
+                 printf "%.3f %.3f\n", sum / NR / 1000, v[i] / 1000
+             }'
+}
+
+# pg_run SCRIPT CLIENTS SYNC NAMES POLL: one pgbench run; prints
+# "ops_per_s mean_ms p99_ms misses".  POLL 0: a refused acquire ends the
+# cycle, which counts in ops/s as a cycle that did no work (a miss).  POLL > 0:
+# the client polls every POLL ms until granted; misses are the refused polls,
+# and a cycle's latency includes them.  DB selects the database, DURATION
+# overrides SECONDS_PER_RUN.
+pg_run() {
+    local script=$1 clients=$2 sync=$3 names=$4 poll=$5
+    local dir out tries=1 jobs=$(($2 < 2 ? $2 : 2))
+    local processed failed retries tps ops mean p99
+    [ "$poll" -gt 0 ] && tries=0
+    # A directory per run for pgbench's per-transaction logs (pgbench writes
+    # them as the run user)
+    dir=$(as_run_user mktemp -d "$WORK/logs/run.XXXXXX")
+    # A checkpoint now rather than in the middle of some method's run (not
+    # worth its time in quick mode)
+    [ "${BENCH_QUICK:-0}" = 1 ] || psql_do -c CHECKPOINT
+    if ! out=$(cd "$dir" && run env PGOPTIONS="-c synchronous_commit=$sync" \
+            pgbench -n -M prepared -c "$clients" -j "$jobs" -T "${DURATION:-$SECONDS_PER_RUN}" \
+            -D names="$names" -D pause_ms="$poll" --max-tries="$tries" \
+            -l --log-prefix="$dir/tx" -f "$WORK/sql/$script" 2>&1); then
+        echo "$out" >&2
+        return 1
+    fi
+    processed=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' <<<"$out")
+    failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' <<<"$out")
+    retries=$(sed -nE 's/^total number of retries: ([0-9]+).*/\1/p' <<<"$out")
+    tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' <<<"$out" | head -n 1)
+    if [ -z "$processed" ] || [ -z "$tps" ] || [ "$processed" = 0 ]; then
+        echo "$out" >&2
+        return 1
+    fi
+    read -r mean p99 < <(latency_stats "$dir")
+    rm -rf "$dir"
+    if [ "$tries" = 1 ]; then
+        # tps counts granted cycles only; add the refused ones
+        ops=$(awk -v t="$tps" -v p="$processed" -v f="${failed:-0}" 'BEGIN { printf "%.1f", t * (p + f) / p }')
+        echo "$ops $mean $p99 ${failed:-0}"
+    else
+        echo "$tps $mean $p99 ${retries:-0}"
+    fi
+}
+
+# redis_run CLIENTS NAMES POLL: the same for Redis
+redis_run() {
+    "$WORK/bin/redis_lock" 127.0.0.1 "$REDIS_PORT" "$1" "$SECONDS_PER_RUN" "$2" "$3"
+}
+
+# thousands N: N with commas between groups of three digits
+thousands() { sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta' <<<"$1"; }
+
+# median: of the numbers on stdin, one a line (empty lines ignored)
+median() {
+    awk NF | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# --- lock-cycle tables ------------------------------------------------------
+
+LABELS=() CMDS=()
+
+# alternate: run CMDS in turn REPS times; RESULTS[i] collects method i's lines
+alternate() {
+    local rep i
+    RESULTS=()
+    for ((rep = 1; rep <= REPS; rep++)); do
+        for i in "${!CMDS[@]}"; do
+            RESULTS[i]+="$(eval "${CMDS[i]}")"$'\n'
+        done
+    done
+}
+
+# print_table: one table of LABELS and the medians of RESULTS; the first
+# method is the durable floor
+print_table() {
+    local i col floor_ops ops mean p99 misses
+    printf '| %-44s | %9s | %8s | %8s | %7s | %8s |\n' method ops/s "mean ms" "p99 ms" "x floor" misses
+    printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..46})" ----------: ---------: ---------: --------: ---------:
+    for i in "${!LABELS[@]}"; do
+        for col in 1 2 3 4; do
+            printf -v "c$col" '%s' "$(awk -v c="$col" 'NF { print $c }' <<<"${RESULTS[i]}" | median)"
+        done
+        ops=$c1 mean=$c2 p99=$c3 misses=$c4
+        [ "$i" = 0 ] && floor_ops=$ops
+        printf '| %-44s | %9.0f | %8.3f | %8.3f | %7.2f | %8.0f |\n' "${LABELS[i]}" \
+            "$ops" "$mean" "$p99" "$(awk -v a="$ops" -v b="$floor_ops" 'BEGIN { print a / b }')" "$misses"
+    done
+}
+
+# cycle_table CLIENTS NAMES SYNC
+cycle_table() {
+    local clients=$1 names=$2 sync=$3 poll=0 aof=always what dl
+    [ "$sync" = off ] && aof=everysec
+    if [ "$names" = 1 ]; then
+        poll=$POLL_MS
+        what="one hot name, $clients clients"
+        dl="dlock.acquire (waits) + release"
+    else
+        what="random names out of $(thousands "$names"), $clients client$([ "$clients" = 1 ] || echo s)"
+        dl="dlock.try_acquire + release"
+    fi
+    say "$what, synchronous_commit=$sync"
+    redis CONFIG SET appendfsync "$aof" >/dev/null
+    LABELS=("durable floor: 2 x one-row UPDATE"
+            "pg_advisory_xact_lock (1 transaction)"
+            "pg_advisory_lock + pg_advisory_unlock"
+            "ShedLock-style upsert + UPDATE"
+            "PL/pgSQL lease with token"
+            "$dl"
+            "Redis SET NX PX + EVAL delete, AOF $aof")
+    CMDS=("pg_run floor.sql $clients $sync $names 0"
+          "pg_run advisory_xact.sql $clients $sync $names 0"
+          "pg_run advisory_session.sql $clients $sync $names 0"
+          "pg_run shedlock.sql $clients $sync $names $poll"
+          "pg_run plpgsql.sql $clients $sync $names $poll"
+          "pg_run $([ "$names" = 1 ] && echo dlock_wait.sql || echo dlock_try.sql) $clients $sync $names $poll"
+          "redis_run $clients $names $poll")
+    alternate
+    echo
+    echo "### $what, synchronous_commit=$sync (Redis: appendfsync $aof)"
+    echo
+    print_table
+}
+
+echo "# dlock compared, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo
+echo "PostgreSQL $(psql_val 'SHOW server_version'), $(redis-server --version | awk '{ print $1, $3 }'), $(nproc) CPUs."
+echo "Default settings but for the log level. $SECONDS_PER_RUN s per run, methods in turn,"
+echo "$REPS run(s) of each, medians shown. pgbench -M prepared; Redis: redis_lock.c, a thread per client."
+echo
+echo "* ops/s: acquire + release cycles per second. Random names: a refused acquire (the name"
+echo "  was held by another client) ends its cycle; it counts in ops/s as a cycle that did no"
+echo "  work and in *misses*. Hot name: the methods that cannot wait poll every $POLL_MS ms until"
+echo "  granted; *misses* counts the refused polls, and latency includes them."
+echo "* mean, p99: latency of a granted cycle (acquire to end of release), from pgbench's"
+echo "  per-transaction log or the Redis client. x floor: ops/s divided by the durable floor's."
+
+for sync in on off; do
+    for clients in 1 8 32; do
+        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$clients" != 8 ] && continue
+        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = off ] && continue
+        cycle_table "$clients" "$NAMES" "$sync"
+    done
+    [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = on ] && continue
+    cycle_table 8 1 "$sync"
+done
+
+# --- fenced UPDATE ------------------------------------------------------------
+
+say "UPDATE of 100,000 rows with and without a fence"
+TOKEN=$(psql_val "SELECT token FROM dlock.try_acquire('fence', '1 h', 'writer')")
+PTOKEN=$(psql_val "SELECT plpgsql_acquire('fence', '1 h', 'writer')")
+LABELS=("no fence"
+        "WHERE dlock.fence(name, token)"
+        "WHERE EXISTS (PL/pgSQL lease row ... FOR SHARE)")
+FENCE_SQL=("UPDATE bench_fence SET v = v + 1"
+           "UPDATE bench_fence SET v = v + 1 WHERE dlock.fence('fence', $TOKEN)"
+           "UPDATE bench_fence SET v = v + 1 WHERE EXISTS (SELECT FROM plpgsql_lease
+              WHERE name = 'fence' AND token = $PTOKEN AND expires_at > clock_timestamp() FOR SHARE)")
+
+# fence_ms SQL: server execution time of one UPDATE, after a VACUUM so that
+# every run starts from the same table state; checks all rows were updated
+fence_ms() {
+    local plan
+    psql_do -c 'VACUUM bench_fence'
+    plan=$(psql_val "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) $1")
+    if ! grep -q 'Seq Scan on bench_fence (actual rows=100000 ' <<<"$plan"; then
+        echo "$plan" >&2
+        return 1
+    fi
+    sed -nE 's/^Execution Time: ([0-9.]+) ms$/\1/p' <<<"$plan"
+}
+
+# Warm-up: the first UPDATE finds no free space yet, unlike all later ones
+if [ "${BENCH_QUICK:-0}" != 1 ]; then
+    for sql in "${FENCE_SQL[@]}"; do fence_ms "$sql" >/dev/null; done
+fi
+RESULTS=()
+for ((rep = 1; rep <= FENCE_REPS; rep++)); do
+    for i in "${!FENCE_SQL[@]}"; do
+        RESULTS[i]+="$(fence_ms "${FENCE_SQL[i]}")"$'\n'
+    done
+done
+echo
+echo "### UPDATE of all 100,000 rows of a table, one statement (EXPLAIN ANALYZE, TIMING OFF)"
+echo
+echo "Median of $FENCE_REPS runs each, in turn, each after a VACUUM of the table."
+echo
+printf '| %-48s | %9s | %9s | %9s | %7s |\n' "guard in the WHERE clause" "median ms" "min ms" "max ms" "x none"
+printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..50})" ----------: ----------: ----------: --------:
+for i in "${!LABELS[@]}"; do
+    med=$(median <<<"${RESULTS[i]}")
+    [ "$i" = 0 ] && base=$med
+    printf '| %-48s | %9.1f | %9.1f | %9.1f | %7.2f |\n' "${LABELS[i]}" "$med" \
+        "$(awk NF <<<"${RESULTS[i]}" | sort -g | head -n 1)" "$(awk NF <<<"${RESULTS[i]}" | sort -g | tail -n 1)" \
+        "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')"
+done
+psql_val "SELECT dlock.release('fence', 'writer'), plpgsql_release('fence', 'writer')" >/dev/null
+
+# --- many cycles: lease_state's size and HOT share -----------------------------
+
+grants() { DB=${1:-postgres} psql_val 'SELECT last_value FROM dlock.token_seq'; }
+
+say "dlock cycles until $(thousands "$CHURN_TARGET") grants or $CHURN_SECONDS s"
+churn_start=$(date +%s)
+churn_ops=()
+while :; do
+    left=$((CHURN_SECONDS - ($(date +%s) - churn_start)))
+    [ "$left" -gt 0 ] && [ "$(grants)" -lt "$CHURN_TARGET" ] || break
+    churn_ops+=("$(DURATION=$((left < 30 ? left : 30)) pg_run dlock_try.sql 8 off "$NAMES" 0 | awk '{ print $1 }')")
+done
+echo
+echo "### Tables after the whole run, $(thousands "$(grants)") dlock grants (tokens issued) in all"
+echo
+echo "Every method's table had all the cycles of the tables above; dlock's also had the"
+echo "grants of its setup (10,000 names) and $(($(date +%s) - churn_start)) s of try_acquire + release"
+echo "on random names out of $(thousands "$NAMES") with 8 clients, synchronous_commit=off, at"
+echo "$(printf '%s\n' "${churn_ops[@]}" | median | xargs printf '%.0f') cycles/s (median of ${#churn_ops[@]} runs). Counters from pg_stat_user_tables since initdb."
+echo
+psql_do -c 'SELECT pg_stat_force_next_flush()' >/dev/null
+echo "| table | rows | heap | indexes | updates | HOT updates | HOT share | autovacuums |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+psql_val "SELECT format('| %s | %s | %s | %s | %s | %s | %s | %s |',
+                s.relid::regclass, c.n, pg_size_pretty(pg_relation_size(s.relid)),
+                pg_size_pretty(pg_indexes_size(s.relid)), s.n_tup_upd, s.n_tup_hot_upd,
+                coalesce(round(100.0 * s.n_tup_hot_upd / nullif(s.n_tup_upd, 0), 1) || ' %', '-'),
+                s.autovacuum_count)
+            FROM pg_stat_user_tables s,
+                 LATERAL (SELECT (xpath('/row/n/text()',
+                          query_to_xml(format('SELECT count(*) AS n FROM %s', s.relid::regclass),
+                                       false, true, '')))[1]::text AS n) c
+           WHERE s.relname IN ('lease_state', 'plpgsql_lease', 'shedlock', 'bench_floor')
+           ORDER BY s.relname = 'lease_state' DESC, s.relname"
+
+# --- cycle rate with few and many names -----------------------------------------
+
+RESULTS=() LABELS=() CMDS=() FILL_S=()
+for n in "$SMALL_NAMES" "$BIG_NAMES"; do
+    say "dlock.lease_state with $(thousands "$n") names"
+    psql_do -c "CREATE DATABASE names_$n"
+    DB=names_$n psql_do -f "$WORK/sql/helpers.sql"
+    start=$(date +%s.%N)
+    DB=names_$n psql_do -v names="$n" -f "$WORK/sql/dlock_fill.sql"
+    FILL_S+=("$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')")
+    DB=names_$n psql_do -c 'VACUUM ANALYZE'
+done
+for sync in on off; do
+    [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = off ] && continue
+    for n in "$SMALL_NAMES" "$BIG_NAMES"; do
+        LABELS+=("$n|$sync")
+        CMDS+=("DB=names_$n pg_run dlock_try.sql 1 $sync $n 0")
+    done
+done
+say "dlock cycles with $(thousands "$SMALL_NAMES") versus $(thousands "$BIG_NAMES") names"
+alternate
+echo
+echo "### dlock.try_acquire + release on random names, 1 client, by the number of names in lease_state"
+echo
+echo "Each set of names in its own database, granted beforehand with a 1 ms ttl (so all free)."
+echo "Filling took ${FILL_S[0]} s for $(thousands "$SMALL_NAMES") names and ${FILL_S[1]} s for $(thousands "$BIG_NAMES") names (batches of 2,000 grants per commit)."
+echo
+printf '| %9s | %11s | %9s | %8s | %8s | %6s | %10s | %10s |\n' names sync_commit ops/s "mean ms" "p99 ms" misses heap indexes
+echo "|---:|---|---:|---:|---:|---:|---:|---:|"
+for i in "${!LABELS[@]}"; do
+    n=${LABELS[i]%|*} sync=${LABELS[i]#*|}
+    for col in 1 2 3 4; do
+        printf -v "c$col" '%s' "$(awk -v c="$col" 'NF { print $c }' <<<"${RESULTS[i]}" | median)"
+    done
+    read -r heap idx < <(DB=names_$n psql_val "SELECT replace(pg_size_pretty(pg_relation_size('dlock.lease_state')), ' ', ''),
+                                                      replace(pg_size_pretty(pg_indexes_size('dlock.lease_state')), ' ', '')" | tr '|' ' ')
+    printf '| %9s | %11s | %9.0f | %8.3f | %8.3f | %6.0f | %10s | %10s |\n' "$(thousands "$n")" "$sync" "$c1" "$c2" "$c3" "$c4" "$heap" "$idx"
+done
+
+echo
+echo "Whole run: $(($(date +%s) - T0)) s."

@@ -1,0 +1,270 @@
+/*
+ * redis_lock.c
+ *	  Acquire + release cycles of a Redis lock, for bench/compare.sh.
+ *
+ *	  redis_lock HOST PORT CLIENTS SECONDS NAMES PAUSE_MS
+ *
+ *	Each of CLIENTS threads has its own connection and, until SECONDS have
+ *	passed, picks a name at random out of NAMES ("k1" .. "kNAMES") and runs
+ *	one cycle:
+ *
+ *	  acquire: SET name value NX PX 10000, with a value unique to this grant,
+ *			   so that a release can tell its own grant from a later one;
+ *	  release: a Lua script run by EVAL that deletes the key only if it still
+ *			   holds that value (compare-and-delete in one step).
+ *
+ *	A refused acquire (the name is held) is handled like the PostgreSQL
+ *	methods' pgbench scripts handle it:
+ *
+ *	  PAUSE_MS = 0: the cycle ends there; it counts as a cycle that did no
+ *				work (a "miss"), and no latency is recorded for it;
+ *	  PAUSE_MS > 0: the client polls, sleeping PAUSE_MS between attempts
+ *				(each failed attempt is a "miss"), and the cycle's latency
+ *				runs from its first attempt to the end of its release.
+ *
+ *	Prints one line: "ops_per_s mean_ms p99_ms misses", where ops counts the
+ *	completed cycles plus, with PAUSE_MS = 0, the cycles that did no work.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+/* The release: compare-and-delete, atomic because Redis runs a script alone */
+static const char *release_script =
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then "
+	"return redis.call('DEL', KEYS[1]) end return 0";
+
+typedef struct Client
+{
+	int			id;
+	pthread_t	thread;
+	redisContext *conn;
+	unsigned int seed;
+	double	   *latency_us;		/* one per completed cycle */
+	long		n_latency;
+	long		cap_latency;
+	long		nowork;			/* cycles that ended with a refused acquire */
+	long		polls;			/* refused attempts while polling */
+	int			failed;
+} Client;
+
+static const char *host;
+static int	port;
+static int	names;
+static int	pause_ms;
+static double deadline_us;		/* CLOCK_MONOTONIC, set before the start */
+static pthread_barrier_t start_line;
+
+static double
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void
+record(Client *c, double us)
+{
+	if (c->n_latency == c->cap_latency)
+	{
+		c->cap_latency = c->cap_latency ? c->cap_latency * 2 : 65536;
+		c->latency_us = realloc(c->latency_us, c->cap_latency * sizeof(double));
+		if (c->latency_us == NULL)
+		{
+			fprintf(stderr, "redis_lock: out of memory\n");
+			exit(1);
+		}
+	}
+	c->latency_us[c->n_latency++] = us;
+}
+
+/* run_cycle - one acquire (polling if asked) and release; false on error */
+static int
+run_cycle(Client *c, unsigned long serial)
+{
+	char		key[32];
+	char		value[64];
+	double		start = now_us();
+	redisReply *reply;
+	int			granted = 0;
+
+	snprintf(key, sizeof(key), "k%d", 1 + (int) (rand_r(&c->seed) % (unsigned) names));
+	snprintf(value, sizeof(value), "client-%d-%lu", c->id, serial);
+
+	for (;;)
+	{
+		reply = redisCommand(c->conn, "SET %s %s NX PX 10000", key, value);
+		if (reply == NULL)
+			return 0;
+		granted = reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0;
+		if (!granted && reply->type != REDIS_REPLY_NIL)
+		{
+			fprintf(stderr, "redis_lock: SET: unexpected reply type %d\n", reply->type);
+			freeReplyObject(reply);
+			return 0;
+		}
+		freeReplyObject(reply);
+		if (granted)
+			break;
+		if (pause_ms == 0)
+		{
+			c->nowork++;
+			return 1;
+		}
+		c->polls++;
+		/* A poll that would end after the deadline is not started */
+		if (now_us() + pause_ms * 1000.0 >= deadline_us)
+			return 1;
+		struct timespec pause = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+
+		nanosleep(&pause, NULL);
+	}
+
+	reply = redisCommand(c->conn, "EVAL %s 1 %s %s", release_script, key, value);
+	if (reply == NULL)
+		return 0;
+	if (reply->type != REDIS_REPLY_INTEGER || reply->integer != 1)
+	{
+		/* With a 10 s ttl and cycles of milliseconds, this means a bug */
+		fprintf(stderr, "redis_lock: release of %s did not delete it\n", key);
+		freeReplyObject(reply);
+		return 0;
+	}
+	freeReplyObject(reply);
+	record(c, now_us() - start);
+	return 1;
+}
+
+static void *
+client_main(void *arg)
+{
+	Client	   *c = arg;
+	unsigned long serial = 0;
+
+	pthread_barrier_wait(&start_line);
+	while (now_us() < deadline_us)
+	{
+		if (!run_cycle(c, serial++))
+		{
+			fprintf(stderr, "redis_lock: client %d: %s\n", c->id,
+					c->conn->err ? c->conn->errstr : "bad reply");
+			c->failed = 1;
+			break;
+		}
+	}
+	return NULL;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a;
+	double		y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+int
+main(int argc, char **argv)
+{
+	int			nclients;
+	double		seconds;
+	Client	   *clients;
+	double		started;
+	double		elapsed_s;
+	long		total = 0;
+	long		nowork = 0;
+	long		polls = 0;
+	double		sum = 0;
+	double	   *all;
+	long		n = 0;
+	int			failed = 0;
+
+	if (argc != 7)
+	{
+		fprintf(stderr, "usage: redis_lock HOST PORT CLIENTS SECONDS NAMES PAUSE_MS\n");
+		return 64;
+	}
+	host = argv[1];
+	port = atoi(argv[2]);
+	nclients = atoi(argv[3]);
+	seconds = atof(argv[4]);
+	names = atoi(argv[5]);
+	pause_ms = atoi(argv[6]);
+	if (nclients < 1 || seconds <= 0 || names < 1 || pause_ms < 0)
+	{
+		fprintf(stderr, "redis_lock: bad arguments\n");
+		return 64;
+	}
+
+	/* Connect everybody first, so that connecting is not timed */
+	clients = calloc(nclients, sizeof(Client));
+	for (int i = 0; i < nclients; i++)
+	{
+		clients[i].id = i;
+		clients[i].seed = 12345u + 7919u * (unsigned) i;
+		clients[i].conn = redisConnect(host, port);
+		if (clients[i].conn == NULL || clients[i].conn->err)
+		{
+			fprintf(stderr, "redis_lock: connect: %s\n",
+					clients[i].conn ? clients[i].conn->errstr : "out of memory");
+			return 1;
+		}
+	}
+
+	pthread_barrier_init(&start_line, NULL, nclients + 1);
+	for (int i = 0; i < nclients; i++)
+		if (pthread_create(&clients[i].thread, NULL, client_main, &clients[i]) != 0)
+		{
+			fprintf(stderr, "redis_lock: cannot start a thread\n");
+			return 1;
+		}
+	started = now_us();
+	deadline_us = started + seconds * 1e6;
+	pthread_barrier_wait(&start_line);
+	for (int i = 0; i < nclients; i++)
+		pthread_join(clients[i].thread, NULL);
+	/* Cycles that started before the deadline finish after it: count that */
+	elapsed_s = (now_us() - started) / 1e6;
+
+	for (int i = 0; i < nclients; i++)
+	{
+		total += clients[i].n_latency;
+		nowork += clients[i].nowork;
+		polls += clients[i].polls;
+		failed |= clients[i].failed;
+	}
+	if (failed || total == 0)
+	{
+		fprintf(stderr, "redis_lock: %s\n", failed ? "a client failed" : "no cycle completed");
+		return 1;
+	}
+	all = malloc(total * sizeof(double));
+	for (int i = 0; i < nclients; i++)
+	{
+		memcpy(all + n, clients[i].latency_us, clients[i].n_latency * sizeof(double));
+		n += clients[i].n_latency;
+		redisFree(clients[i].conn);
+		free(clients[i].latency_us);
+	}
+	for (long i = 0; i < total; i++)
+		sum += all[i];
+	qsort(all, total, sizeof(double), cmp_double);
+
+	/* p99: the smallest latency that at least 99% of the cycles do not exceed */
+	long		p99 = (long) ceil(0.99 * total) - 1;
+
+	printf("%.1f %.3f %.3f %ld\n",
+		   (total + nowork) / elapsed_s, sum / total / 1000.0, all[p99] / 1000.0,
+		   pause_ms == 0 ? nowork : polls);
+	free(all);
+	free(clients);
+	return 0;
+}
