@@ -32,6 +32,13 @@ INSERT INTO accounts VALUES (77, 500);
 EOF
 tell setup "account 77 has balance $(sql -c 'SELECT balance FROM accounts WHERE id = 77')"
 
+# fenced_debit TOKEN: debit 120 under the fence; prints the rows changed
+fenced_debit() {
+    sql -c "UPDATE accounts SET balance = balance - 120
+            WHERE id = 77 AND dlock.fence('account:77', $1)
+            RETURNING 'changed'" | wc -l
+}
+
 worker1() {
     local token
     token=$(sql -c "SELECT token FROM dlock.acquire('account:77', '2s', 'worker-1')")
@@ -41,11 +48,7 @@ worker1() {
     sleep 3
     tell worker-1 "wakes up and debits 120 with its old token $token:"
     tell worker-1 "  UPDATE accounts SET balance = balance - 120 WHERE id = 77 AND dlock.fence('account:77', $token)"
-    local result
-    result=$(sql -c "UPDATE accounts SET balance = balance - 120
-                     WHERE id = 77 AND dlock.fence('account:77', $token)
-                     RETURNING 'changed'" | wc -l)
-    tell worker-1 "  -> $result row(s) changed: the fence refused the stale write"
+    tell worker-1 "  -> $(fenced_debit "$token") row(s) changed: the fence refused the stale write"
     tell worker-1 "release with its owner: $(sql -c "SELECT dlock.release('account:77', 'worker-1')") (it no longer holds the lease)"
 }
 
@@ -56,11 +59,7 @@ worker2() {
     token=$(sql -c "SELECT token FROM dlock.acquire('account:77', '30s', 'worker-2', timeout => '10s')")
     tell worker-2 "granted account:77 with token $token: worker 1's lease expired"
     tell worker-2 "debits 120 under dlock.fence('account:77', $token)"
-    local result
-    result=$(sql -c "UPDATE accounts SET balance = balance - 120
-                     WHERE id = 77 AND dlock.fence('account:77', $token)
-                     RETURNING 'changed'" | wc -l)
-    tell worker-2 "  -> $result row(s) changed"
+    tell worker-2 "  -> $(fenced_debit "$token") row(s) changed"
     tell worker-2 "releases: $(sql -c "SELECT dlock.release('account:77', 'worker-2')")"
 }
 
