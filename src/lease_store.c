@@ -22,6 +22,13 @@
  * Rows are never deleted by dlock: an ended lease stays as a marked row, so
  * updates of a name's row stay on its page (HOT) and the index does not grow.
  *
+ * Rows are fetched with the heap's HOT-chain search rather than through an
+ * index scan's slot, because the latter prunes the page on every visit once
+ * its free space is below the fillfactor's reserve, which with this table's
+ * fillfactor is always: that was one prune (and one WAL record) per call.
+ * Here a page is pruned only when its free space runs low, so one prune
+ * clears the versions left by many updates.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION
@@ -36,16 +43,17 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "commands/sequence.h"
-#include "executor/tuptable.h"
 #include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
+#include "storage/bufpage.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -74,6 +82,34 @@
 #define Natts_lease				11
 
 /*
+ * Prune a page when its free space falls below this: room for a few more
+ * new row versions, so that updates stay HOT, while each prune clears many
+ * dead versions at once.
+ */
+#define PRUNE_BELOW_FREE_SPACE	(BLCKSZ / 8)
+
+/*
+ * OIDs of dlock's relations, looked up once per backend.  A relcache
+ * invalidation of any of them (DROP EXTENSION, a rename) forgets them all.
+ */
+static Oid	lease_table_oid = InvalidOid;
+static Oid	lease_index_oid = InvalidOid;
+static Oid	token_seq_oid = InvalidOid;
+static bool relation_cache_callback_registered = false;
+
+static void
+ForgetDlockRelations(Datum arg pg_attribute_unused(), Oid relid)
+{
+	if (!OidIsValid(relid) || relid == lease_table_oid ||
+		relid == lease_index_oid || relid == token_seq_oid)
+	{
+		lease_table_oid = InvalidOid;
+		lease_index_oid = InvalidOid;
+		token_seq_oid = InvalidOid;
+	}
+}
+
+/*
  * LookupDlockRelation - OID of one of dlock's relations, by schema and name
  *
  * No search_path is involved: the schema is fixed, and only the extension's
@@ -97,6 +133,22 @@ LookupDlockRelation(const char *relname)
 }
 
 /*
+ * CachedDlockRelation - *cached, or looked up and remembered
+ */
+static Oid
+CachedDlockRelation(Oid *cached, const char *relname)
+{
+	if (!relation_cache_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(ForgetDlockRelations, (Datum) 0);
+		relation_cache_callback_registered = true;
+	}
+	if (!OidIsValid(*cached))
+		*cached = LookupDlockRelation(relname);
+	return *cached;
+}
+
+/*
  * LeaseStoreOpen - open the lease table and its index
  *
  * lockmode is RowExclusiveLock for callers that may write, AccessShareLock
@@ -107,12 +159,14 @@ void
 LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode)
 {
 	store->lockmode = lockmode;
-	store->heap = table_open(LookupDlockRelation(LEASE_TABLE), lockmode);
+	store->heap = table_open(CachedDlockRelation(&lease_table_oid, LEASE_TABLE),
+							 lockmode);
 	if (store->heap->rd_rel->relkind != RELKIND_RELATION ||
 		RelationGetDescr(store->heap)->natts != Natts_lease)
 		elog(ERROR, "relation \"%s.%s\" does not have the expected shape",
 			 DLOCK_SCHEMA, LEASE_TABLE);
-	store->index = index_open(LookupDlockRelation(LEASE_INDEX), lockmode);
+	store->index = index_open(CachedDlockRelation(&lease_index_oid, LEASE_INDEX),
+							  lockmode);
 }
 
 void
@@ -120,6 +174,68 @@ LeaseStoreClose(LeaseStore *store)
 {
 	index_close(store->index, NoLock);
 	table_close(store->heap, NoLock);
+}
+
+/*
+ * DecodeRow - a lease_state tuple as a LeaseRow (strings copied)
+ */
+static void
+DecodeRow(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
+{
+	Datum		values[Natts_lease];
+	bool		isnull[Natts_lease];
+	Interval   *delay;
+
+	heap_deform_tuple(tuple, RelationGetDescr(store->heap), values, isnull);
+
+	row->found = true;
+	row->tid = tuple->t_self;
+	row->token = DatumGetInt64(values[Anum_lease_token - 1]);
+	row->owner = TextDatumGetCString(values[Anum_lease_owner - 1]);
+	row->holder_role = DatumGetObjectId(values[Anum_lease_holder_role - 1]);
+	row->acquired_at = DatumGetTimestampTz(values[Anum_lease_acquired_at - 1]);
+	row->expires_at = DatumGetTimestampTz(values[Anum_lease_expires_at - 1]);
+	row->ended = !isnull[Anum_lease_ended_at - 1];
+	if (row->ended)
+	{
+		row->ended_at = DatumGetTimestampTz(values[Anum_lease_ended_at - 1]);
+		row->end_reason = isnull[Anum_lease_end_reason - 1] ? END_RELEASED :
+			TextDatumGetCString(values[Anum_lease_end_reason - 1]);
+	}
+	delay = DatumGetIntervalP(values[Anum_lease_lock_delay - 1]);
+	row->lock_delay_us = delay->time + delay->day * USECS_PER_DAY;
+	row->session_bound = DatumGetBool(values[Anum_lease_session_bound - 1]);
+	row->holder_pid = isnull[Anum_lease_holder_pid - 1] ? 0 :
+		DatumGetInt32(values[Anum_lease_holder_pid - 1]);
+}
+
+/*
+ * FetchFromChain - the version of the HOT chain at *tid visible to
+ * SnapshotSelf, decoded into *row; false when there is none, with *all_dead
+ * telling whether the whole chain is dead to everyone
+ */
+static bool
+FetchFromChain(LeaseStore *store, ItemPointer tid, LeaseRow *row, bool *all_dead)
+{
+	Buffer		buffer = ReadBuffer(store->heap, ItemPointerGetBlockNumber(tid));
+	ItemPointerData version_tid = *tid;
+	HeapTupleData tuple;
+	bool		found;
+	bool		prune;
+
+	LockBuffer(buffer, BUFFER_LOCK_SHARE);
+	found = heap_hot_search_buffer(&version_tid, store->heap, buffer, SnapshotSelf,
+								   &tuple, all_dead, true);
+	if (found)
+		DecodeRow(store, &tuple, row);
+	prune = PageGetHeapFreeSpace(BufferGetPage(buffer)) < PRUNE_BELOW_FREE_SPACE;
+	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+
+	/* Takes its own cleanup lock, and gives up if it cannot have it at once */
+	if (prune)
+		heap_page_prune_opt(store->heap, buffer);
+	ReleaseBuffer(buffer);
+	return found;
 }
 
 /*
@@ -134,7 +250,7 @@ LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 {
 	ScanKeyData key;
 	IndexScanDesc scan;
-	TupleTableSlot *slot;
+	ItemPointer tid;
 	text	   *key_text = cstring_to_text_with_len(name->data, name->len);
 
 	memset(row, 0, sizeof(LeaseRow));
@@ -143,42 +259,22 @@ LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(key_text));
 
-	slot = table_slot_create(store->heap, NULL);
 	scan = index_beginscan(store->heap, store->index, SnapshotSelf, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 
-	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	/* More than one entry only after a non-HOT update, until VACUUM */
+	while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != NULL)
 	{
-		bool		isnull;
+		bool		all_dead = false;
 
-		slot_getallattrs(slot);
-		row->found = true;
-		row->tid = slot->tts_tid;
-		row->token = DatumGetInt64(slot->tts_values[Anum_lease_token - 1]);
-		row->owner = TextDatumGetCString(slot->tts_values[Anum_lease_owner - 1]);
-		row->holder_role = DatumGetObjectId(slot->tts_values[Anum_lease_holder_role - 1]);
-		row->acquired_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_acquired_at - 1]);
-		row->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_expires_at - 1]);
-		isnull = slot->tts_isnull[Anum_lease_ended_at - 1];
-		row->ended = !isnull;
-		if (row->ended)
-		{
-			row->ended_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_ended_at - 1]);
-			row->end_reason = slot->tts_isnull[Anum_lease_end_reason - 1] ? END_RELEASED :
-				TextDatumGetCString(slot->tts_values[Anum_lease_end_reason - 1]);
-		}
-		{
-			Interval   *delay = DatumGetIntervalP(slot->tts_values[Anum_lease_lock_delay - 1]);
-
-			row->lock_delay_us = delay->time + delay->day * USECS_PER_DAY;
-		}
-		row->session_bound = DatumGetBool(slot->tts_values[Anum_lease_session_bound - 1]);
-		row->holder_pid = slot->tts_isnull[Anum_lease_holder_pid - 1] ? 0 :
-			DatumGetInt32(slot->tts_values[Anum_lease_holder_pid - 1]);
+		if (FetchFromChain(store, tid, row, &all_dead))
+			break;
+		/* Let the index mark an entry that leads only to dead versions */
+		if (!scan->xactStartedInRecovery)
+			scan->kill_prior_tuple = all_dead;
 	}
 
 	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
 	pfree(key_text);
 }
 
@@ -277,5 +373,5 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 int64
 LeaseStoreNextToken(void)
 {
-	return nextval_internal(LookupDlockRelation(TOKEN_SEQUENCE), false);
+	return nextval_internal(CachedDlockRelation(&token_seq_oid, TOKEN_SEQUENCE), false);
 }
