@@ -5,15 +5,18 @@
 #
 #   lock cycles (acquire + release) on random names out of 10,000 with 1, 8
 #   and 32 clients, and on one hot name with 8 clients, each with
-#   synchronous_commit on and off; methods:
+#   synchronous_commit on and off; and random names with 8 clients and
+#   fsync = off, where no method waits for the disk (CPU cost alone); methods:
 #     durable floor       two one-row UPDATE transactions per cycle
 #     advisory locks      pg_advisory_xact_lock; pg_advisory_lock + unlock
 #     ShedLock-style      upsert that takes an expired row; UPDATE to release
 #     PL/pgSQL lease      hand-written lease with tokens (plpgsql_lease.sql)
 #     dlock               try_acquire (hot name: acquire) + release
 #     Redis               SET NX PX + compare-and-delete (redis_lock.c), AOF
-#                         appendfsync always (for "on") and everysec ("off")
-#   an UPDATE of 100,000 rows with and without a fence in its WHERE clause
+#                         appendfsync always (for "on"), everysec ("off"),
+#                         no (fsync = off)
+#   an UPDATE of 100,000 rows with and without a fence in its WHERE clause,
+#   and the guard's own cost per row (a count(*) with and without it)
 #   dlock's cycle rate with 1,000 versus 1,000,000 names in lease_state
 #   dlock.lease_state's size and HOT-update share after many cycles
 #
@@ -31,7 +34,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
     SECONDS_PER_RUN=1 REPS=1 FENCE_REPS=1 CHURN_SECONDS=1
     SMALL_NAMES=1000 BIG_NAMES=20000 CHURN_TARGET=1000000
 else
-    SECONDS_PER_RUN=${SECONDS_PER_RUN:-8} REPS=${REPS:-2} FENCE_REPS=${FENCE_REPS:-7}
+    SECONDS_PER_RUN=${SECONDS_PER_RUN:-6} REPS=${REPS:-3} FENCE_REPS=${FENCE_REPS:-11}
     CHURN_SECONDS=${CHURN_SECONDS:-150}
     SMALL_NAMES=1000 BIG_NAMES=1000000 CHURN_TARGET=1000000
 fi
@@ -74,8 +77,11 @@ fi
 
 # --- cluster, Redis, programs -------------------------------------------------
 
-# The server log would otherwise get one ERROR line per refused acquire
-start_cluster "$PG_PORT" max_connections=100 \
+# The server log would otherwise get one ERROR line per refused acquire.
+# shared_buffers holds a million names' rows (about 300 MB with the index),
+# as on any server that keeps that many names busy; the default 128 MB would
+# measure the operating system's page cache instead.
+start_cluster "$PG_PORT" max_connections=100 shared_buffers=1GB \
     log_min_messages=fatal log_min_error_statement=panic
 
 REDIS_PID=
@@ -235,10 +241,16 @@ print_table() {
     done
 }
 
-# cycle_table CLIENTS NAMES SYNC
+# cycle_table CLIENTS NAMES SYNC: SYNC is on or off (synchronous_commit), or
+# cpu: synchronous_commit on with fsync off, so that commits write their WAL
+# but nobody waits for the disk
 cycle_table() {
-    local clients=$1 names=$2 sync=$3 poll=0 aof=always what dl
-    [ "$sync" = off ] && aof=everysec
+    local clients=$1 names=$2 sync=$3 pgsync=$3 poll=0 aof what dl setting
+    case $sync in
+        on) aof=always setting="synchronous_commit=on" ;;
+        off) aof=everysec setting="synchronous_commit=off" ;;
+        cpu) aof=no pgsync=on setting="fsync=off: CPU cost alone" ;;
+    esac
     if [ "$names" = 1 ]; then
         poll=$POLL_MS
         what="one hot name, $clients clients"
@@ -247,8 +259,11 @@ cycle_table() {
         what="random names out of $(thousands "$names"), $clients client$([ "$clients" = 1 ] || echo s)"
         dl="dlock.try_acquire + release"
     fi
-    say "$what, synchronous_commit=$sync"
+    say "$what, $setting"
     redis CONFIG SET appendfsync "$aof" >/dev/null
+    if [ "$sync" = cpu ]; then
+        psql_do -c 'ALTER SYSTEM SET fsync = off' -c 'SELECT pg_reload_conf()' >/dev/null
+    fi
     LABELS=("durable floor: 2 x one-row UPDATE"
             "pg_advisory_xact_lock (1 transaction)"
             "pg_advisory_lock + pg_advisory_unlock"
@@ -256,16 +271,19 @@ cycle_table() {
             "PL/pgSQL lease with token"
             "$dl"
             "Redis SET NX PX + EVAL delete, AOF $aof")
-    CMDS=("pg_run floor.sql $clients $sync $names 0"
-          "pg_run advisory_xact.sql $clients $sync $names 0"
-          "pg_run advisory_session.sql $clients $sync $names 0"
-          "pg_run shedlock.sql $clients $sync $names $poll"
-          "pg_run plpgsql.sql $clients $sync $names $poll"
-          "pg_run $([ "$names" = 1 ] && echo dlock_wait.sql || echo dlock_try.sql) $clients $sync $names $poll"
+    CMDS=("pg_run floor.sql $clients $pgsync $names 0"
+          "pg_run advisory_xact.sql $clients $pgsync $names 0"
+          "pg_run advisory_session.sql $clients $pgsync $names 0"
+          "pg_run shedlock.sql $clients $pgsync $names $poll"
+          "pg_run plpgsql.sql $clients $pgsync $names $poll"
+          "pg_run $([ "$names" = 1 ] && echo dlock_wait.sql || echo dlock_try.sql) $clients $pgsync $names $poll"
           "redis_run $clients $names $poll")
     alternate
+    if [ "$sync" = cpu ]; then
+        psql_do -c 'ALTER SYSTEM RESET fsync' -c 'SELECT pg_reload_conf()' >/dev/null
+    fi
     echo
-    echo "### $what, synchronous_commit=$sync (Redis: appendfsync $aof)"
+    echo "### $what, $setting (Redis: appendfsync $aof)"
     echo
     print_table
 }
@@ -273,7 +291,7 @@ cycle_table() {
 echo "# dlock compared, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
 echo "PostgreSQL $(psql_val 'SHOW server_version'), $(redis-server --version | awk '{ print $1, $3 }'), $(nproc) CPUs."
-echo "Default settings but for the log level. $SECONDS_PER_RUN s per run, methods in turn,"
+echo "Default settings but for shared_buffers = 1GB and the log level. $SECONDS_PER_RUN s per run, methods in turn,"
 echo "$REPS run(s) of each, medians shown. pgbench -M prepared; Redis: redis_lock.c, a thread per client."
 echo
 echo "* ops/s: acquire + release cycles per second. Random names: a refused acquire (the name"
@@ -292,6 +310,7 @@ for sync in on off; do
     [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = on ] && continue
     cycle_table 8 1 "$sync"
 done
+cycle_table 8 "$NAMES" cpu
 
 # --- fenced UPDATE ------------------------------------------------------------
 
@@ -342,6 +361,39 @@ for i in "${!LABELS[@]}"; do
     printf '| %-48s | %9.1f | %9.1f | %9.1f | %7.2f |\n' "${LABELS[i]}" "$med" \
         "$(awk NF <<<"${RESULTS[i]}" | sort -g | head -n 1)" "$(awk NF <<<"${RESULTS[i]}" | sort -g | tail -n 1)" \
         "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')"
+done
+# The guard alone: the same rows counted instead of updated, so that the
+# guard's cost per row is not lost in the noise of writing 100,000 rows
+COUNT_SQL=()
+for sql in "${FENCE_SQL[@]}"; do
+    COUNT_SQL+=("SELECT count(*) FROM bench_fence${sql#UPDATE bench_fence SET v = v + 1}")
+done
+count_ms() {
+    local plan
+    plan=$(psql_val "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) $1")
+    if ! grep -q 'Seq Scan on bench_fence (actual rows=100000 ' <<<"$plan"; then
+        echo "$plan" >&2
+        return 1
+    fi
+    sed -nE 's/^Execution Time: ([0-9.]+) ms$/\1/p' <<<"$plan"
+}
+RESULTS=()
+for ((rep = 1; rep <= FENCE_REPS; rep++)); do
+    for i in "${!COUNT_SQL[@]}"; do
+        RESULTS[i]+="$(count_ms "${COUNT_SQL[i]}")"$'\n'
+    done
+done
+echo
+echo "The guard alone: SELECT count(*) of the same 100,000 rows with each guard (median of"
+echo "$FENCE_REPS runs); *ns per row* is the difference from no guard, per row."
+echo
+printf '| %-48s | %9s | %11s |\n' "guard in the WHERE clause" "median ms" "ns per row"
+printf '|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..50})" ----------: ------------:
+for i in "${!LABELS[@]}"; do
+    med=$(median <<<"${RESULTS[i]}")
+    [ "$i" = 0 ] && base=$med
+    printf '| %-48s | %9.1f | %11.1f |\n' "${LABELS[i]}" "$med" \
+        "$(awk -v a="$med" -v b="$base" 'BEGIN { print (a - b) * 1e6 / 100000 }')"
 done
 psql_val "SELECT dlock.release('fence', 'writer'), plpgsql_release('fence', 'writer')" >/dev/null
 
