@@ -105,6 +105,13 @@ SELECT dlock.try_acquire('err:60s', '60s') IS NOT NULL AS granted;
 RESET dlock.max_ttl;
 SELECT pg_temp.outcome($$dlock.try_acquire('n', '0.5s')$$) AS fractional_seconds;
 
+-- dlock.lazy_release: a boolean, on by default, that any role may set
+SHOW dlock.lazy_release;
+SET dlock.lazy_release = 'sometimes';
+SET dlock.lazy_release = off;
+SHOW dlock.lazy_release;
+RESET dlock.lazy_release;
+
 -- Release and renew of a name never acquired: false and NULL, no error
 SELECT dlock.release('never:seen', 'o') AS released,
        dlock.renew('never:seen', 'o', '1s') IS NULL AS renewed_null,

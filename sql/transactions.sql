@@ -123,3 +123,15 @@ PREPARE TRANSACTION 'dlock_2pc';
 SELECT dlock.try_acquire('tx:2pc', '1h', 'w2') IS NULL AS refused_while_prepared;
 COMMIT PREPARED 'dlock_2pc';
 SELECT owner, state FROM dlock.leases WHERE name = 'tx:2pc';
+
+-- A transaction whose only change is a release commits without waiting for
+-- its flush (t/008_lazy_release.pl shows that); the caller's
+-- synchronous_commit is left as it was.
+SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+SELECT dlock.release('tx:lazy', 'w') AS released;
+SHOW synchronous_commit;
+SET synchronous_commit = remote_apply;
+SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+SELECT dlock.release('tx:lazy', 'w') AS released;
+SHOW synchronous_commit;
+RESET synchronous_commit;

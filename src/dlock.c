@@ -33,6 +33,9 @@ int			dlock_max_ttl = 86400;
 /* dlock.default_lock_delay: lock-delay of grants that do not give one, in ms */
 int			dlock_default_lock_delay = 0;
 
+/* dlock.lazy_release: a release-only transaction need not wait for its flush */
+bool		dlock_lazy_release = true;
+
 void		_PG_init(void);
 
 /*
@@ -66,6 +69,17 @@ _PG_init(void)
 							NULL,
 							NULL,
 							NULL);
+
+	DefineCustomBoolVariable("dlock.lazy_release",
+							 "Lets a transaction whose only change is a release commit without waiting for its WAL flush.",
+							 "A release lost in a crash or failover leaves the lease held until its ttl runs out; it never lets the name be granted twice. Transactions that also change anything else keep synchronous_commit.",
+							 &dlock_lazy_release,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
 
 	MarkGUCPrefixReserved("dlock");
 

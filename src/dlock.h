@@ -64,6 +64,7 @@ typedef enum DlockLockSpace
 /* GUCs (dlock.c) */
 extern int	dlock_max_ttl;		/* seconds */
 extern int	dlock_default_lock_delay;	/* milliseconds */
+extern bool dlock_lazy_release;
 
 /*
  * How long a call may wait: not at all, until a deadline, or (deadline =
@@ -175,6 +176,8 @@ extern void WaitingXactCallbackInit(void);
 
 /* durability.c */
 extern void RequireDurableCommit(void);
+extern void ReleaseCallBegin(void);
+extern void ReleaseCallEnd(bool released);
 extern void DurabilityXactCallbackInit(void);
 
 /* fence.c */

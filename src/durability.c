@@ -11,8 +11,21 @@
  * (a stricter remote_apply is kept).  The setting is raised just before
  * the commit, for that commit only; it cannot be raised earlier from inside
  * the function, because a function with a SET clause restores settings on
- * exit.  Renewals and releases keep the caller's setting: losing one only
- * changes how long a lease lasts, never repeats a token.
+ * exit.  Renewals and force-releases keep the caller's setting: losing one
+ * only changes how long a lease lasts, never repeats a token.
+ *
+ * A release whose transaction changed nothing else commits without waiting
+ * for its flush (dlock.lazy_release): one WAL flush per lock cycle instead
+ * of two.  That is safe because a release lost in a crash or a failover
+ * leaves the lease as it was, held by an owner who is done with it, until
+ * its ttl runs out; no one can have been granted the name in between, since
+ * that grant's flush would have carried the release, which is earlier in the
+ * WAL.  "Changed nothing else" is judged by the WAL: the transaction's WAL
+ * must end where dlock's last release call left it, and must not have grown
+ * between release calls.  Anything else the transaction wrote, before or
+ * after, keeps the caller's setting, so the caller's own writes are never
+ * made less durable.  The WAL of a release call includes the page prunes of
+ * its reads, which need no durability of their own.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -24,11 +37,17 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "utils/guc.h"
 
 #include "dlock.h"
 
 static bool GrantInThisTransaction = false;
+
+/* Lazy commit of releases: see the header comment */
+static bool ReleaseInThisTransaction = false;
+static bool OtherWalInThisTransaction = false;
+static XLogRecPtr WalEndAfterRelease = InvalidXLogRecPtr;
 
 /*
  * RequireDurableCommit - the current transaction issued a token
@@ -41,15 +60,55 @@ RequireDurableCommit(void)
 	ForceSyncCommit();
 }
 
+/*
+ * ReleaseCallBegin - a release call starts: note whether the transaction
+ * wrote WAL since dlock's last release call ended (or since it began)
+ */
+void
+ReleaseCallBegin(void)
+{
+	if (XactLastRecEnd != WalEndAfterRelease)
+		OtherWalInThisTransaction = true;
+}
+
+/*
+ * ReleaseCallEnd - a release call ends; released: it ended a lease
+ */
+void
+ReleaseCallEnd(bool released)
+{
+	WalEndAfterRelease = XactLastRecEnd;
+	if (released)
+		ReleaseInThisTransaction = true;
+}
+
+/*
+ * OnlyReleasesInThisTransaction - whether all WAL this transaction wrote
+ * came from dlock's release calls, at least one of which ended a lease
+ */
+static bool
+OnlyReleasesInThisTransaction(void)
+{
+	return ReleaseInThisTransaction && !OtherWalInThisTransaction &&
+		XactLastRecEnd == WalEndAfterRelease;
+}
+
 static void
 DurabilityXactCallback(XactEvent event, void *arg pg_attribute_unused())
 {
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			if (GrantInThisTransaction &&
-				synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
-				(void) set_config_option("synchronous_commit", "on",
+			if (GrantInThisTransaction)
+			{
+				if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
+					(void) set_config_option("synchronous_commit", "on",
+											 PGC_USERSET, PGC_S_SESSION,
+											 GUC_ACTION_LOCAL, true, 0, false);
+			}
+			else if (dlock_lazy_release && OnlyReleasesInThisTransaction() &&
+					 synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+				(void) set_config_option("synchronous_commit", "off",
 										 PGC_USERSET, PGC_S_SESSION,
 										 GUC_ACTION_LOCAL, true, 0, false);
 			break;
@@ -59,6 +118,9 @@ DurabilityXactCallback(XactEvent event, void *arg pg_attribute_unused())
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			GrantInThisTransaction = false;
+			ReleaseInThisTransaction = false;
+			OtherWalInThisTransaction = false;
+			WalEndAfterRelease = InvalidXLogRecPtr;
 			break;
 		default:
 			break;

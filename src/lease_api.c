@@ -572,7 +572,9 @@ EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 /*
  * dlock_release - SQL function dlock.release(name, owner)
  *
- * Compare-and-release: false when owner does not hold a live lease.
+ * Compare-and-release: false when owner does not hold a live lease.  When
+ * the release is all its transaction changes, the commit need not wait for
+ * its flush (durability.c).
  */
 Datum
 dlock_release(PG_FUNCTION_ARGS)
@@ -587,10 +589,15 @@ dlock_release(PG_FUNCTION_ARGS)
 	owner = ArgGetOwner(fcinfo, 1, false);
 	CheckLeasesWritable("dlock.release");
 
+	ReleaseCallBegin();
 	if (!FetchHeldLease(&store, &name, owner, &row, &now))
+	{
+		ReleaseCallEnd(false);
 		PG_RETURN_BOOL(false);
+	}
 	EndLease(&store, &name, &row, now, END_RELEASED);
 	LeaseStoreClose(&store);
+	ReleaseCallEnd(true);
 	PG_RETURN_BOOL(true);
 }
 

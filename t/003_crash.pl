@@ -1,7 +1,9 @@
 # Crashes: grants, renewals and releases under load, then an immediate
 # shutdown; and kill -9 of a holder's and of a waiter's backend.  Every
-# acknowledged change survives, no token is ever issued twice, the next token
-# is larger than all before, and nothing is left locked.
+# acknowledged change survives (a release that was its client's last
+# acknowledged call may be lost whole: see t/008_lazy_release.pl), no token is
+# ever issued twice, the next token is larger than all before, and nothing is
+# left locked.
 
 use strict;
 use warnings FATAL => 'all';
@@ -75,7 +77,7 @@ my $max_token = 0;
 foreach my $c (1 .. $clients)
 {
 	my @lines = split /\n/, $out[$c];
-	my %last;
+	my (%last, %granted);
 	foreach my $line (@lines)
 	{
 		my ($kind, $name, $token, $expires) = split /\|/, $line;
@@ -84,12 +86,18 @@ foreach my $c (1 .. $clients)
 		{
 			$dup++ if $seen_token{$token}++;
 			$max_token = $token if $token > $max_token;
+			$granted{$name} = $token;
 		}
 		$last{$name} = [ $kind, $token, $expires ];
 	}
 	# The call after the last acknowledged one may have committed unseen
 	my $inflight = $ops[$c]->[ scalar @lines ];
 	my $inflight_name = $inflight ? $inflight->[1] : '';
+	# A release commits without a flush of its own; the client's next call,
+	# a grant, flushes it.  So only a release that was the last acknowledged
+	# call may be lost, and then whole.
+	my $last_line = @lines ? $lines[-1] : '';
+	my ($last_kind, $last_name) = ((split /\|/, $last_line), '', '');
 
 	foreach my $name (keys %last)
 	{
@@ -98,7 +106,11 @@ foreach my $c (1 .. $clients)
 		my $ok;
 		if ($kind eq 'X')
 		{
-			$ok = $row && $row->{ended} eq 't';
+			$ok = $row && ($row->{ended} eq 't'
+				|| $last_kind eq 'X' && $name eq $last_name
+				&& $row->{token} eq ($granted{$name} // ''));
+			note "client $c: the last acknowledged release, of $name, was lost whole"
+			  if $ok && $row->{ended} ne 't';
 		}
 		else
 		{
@@ -117,7 +129,7 @@ foreach my $c (1 .. $clients)
 note "$acked acknowledged calls before the crash";
 cmp_ok($acked, '>', 400, 'the load was running when the server crashed');
 cmp_ok($acked, '<', scalar(map { @$_ } @ops), 'the crash came in the middle of the load');
-is($bad, 0, 'every acknowledged grant, renewal and release survived the crash');
+is($bad, 0, 'every acknowledged grant, renewal and release survived the crash, but a last lazy release');
 is($dup, 0, 'no token was acknowledged twice');
 is($node->safe_psql('postgres',
 	q{SELECT count(*) = count(DISTINCT token) FROM dlock.lease_state}),
