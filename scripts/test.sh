@@ -41,6 +41,8 @@ run_suite() {
     ok=$(grep -cE '\.\.\. ok|^ok [0-9]+ ' "$out" || true)
     bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || true)
     sed -nE '/\.\.\. (ok|FAILED)|^(not )?ok [0-9]+ /p' "$out"
+    # What a failed TAP check said about itself (its diagnostics follow it)
+    [ "$bad" -eq 0 ] || awk '/^not ok [0-9]+ / { n = 20 } n > 0 && /^#/ { print; n-- }' "$out" | head -n 60
     if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
         bad=1
         tail -n 30 "$out"

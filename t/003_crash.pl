@@ -91,7 +91,7 @@ foreach my $c (1 .. $clients)
 		$last{$name} = [ $kind, $token, $expires ];
 	}
 	# The call after the last acknowledged one may have committed unseen
-	my $inflight = $ops[$c]->[ scalar @lines ];
+	my $inflight = $ops[ $c - 1 ]->[ scalar @lines ];
 	my $inflight_name = $inflight ? $inflight->[1] : '';
 	# A release commits without a flush of its own; the client's next call,
 	# a grant, flushes it.  So only a release that was the last acknowledged
