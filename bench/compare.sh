@@ -26,17 +26,18 @@
 # Needs dlock installed (make install).  Installs redis-server and
 # libhiredis-dev when they are missing.  BENCH_QUICK=1 runs in under a
 # minute to show that the benchmark works; its figures mean nothing.
-# SECONDS_PER_RUN, REPS, FENCE_REPS, SCALE_REPS, POLL_MS and CHURN_SECONDS
-# override the defaults.
+# SECONDS_PER_RUN, REPS, FENCE_REPS, SCALE_REPS, SCALE_WARMUP_SECONDS, POLL_MS
+# and CHURN_SECONDS override the defaults; BENCH_SECTIONS picks some of the
+# parts: cycles fence churn scale (churn's table counts what ran before it).
 
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
-    SECONDS_PER_RUN=1 REPS=1 FENCE_REPS=1 SCALE_REPS=1 CHURN_SECONDS=1
+    SECONDS_PER_RUN=1 REPS=1 FENCE_REPS=1 SCALE_REPS=1 SCALE_WARMUP_SECONDS=1 CHURN_SECONDS=1
     SMALL_NAMES=1000 BIG_NAMES=20000 CHURN_TARGET=1000000
 else
     SECONDS_PER_RUN=${SECONDS_PER_RUN:-6} REPS=${REPS:-3} FENCE_REPS=${FENCE_REPS:-11}
-    SCALE_REPS=${SCALE_REPS:-7}
+    SCALE_REPS=${SCALE_REPS:-7} SCALE_WARMUP_SECONDS=${SCALE_WARMUP_SECONDS:-40}
     CHURN_SECONDS=${CHURN_SECONDS:-150}
     SMALL_NAMES=1000 BIG_NAMES=1000000 CHURN_TARGET=1000000
 fi
@@ -160,7 +161,7 @@ latency_stats() {
 # cycle, which counts in ops/s as a cycle that did no work (a miss).  POLL > 0:
 # the client polls every POLL ms until granted; misses are the refused polls,
 # and a cycle's latency includes them.  DB selects the database, DURATION
-# overrides SECONDS_PER_RUN.
+# overrides SECONDS_PER_RUN, NO_CHECKPOINT=1 skips the checkpoint before it.
 pg_run() {
     local script=$1 clients=$2 sync=$3 names=$4 poll=$5
     local dir out tries=1 jobs=$(($2 < 2 ? $2 : 2))
@@ -171,7 +172,7 @@ pg_run() {
     dir=$(as_run_user mktemp -d "$WORK/logs/run.XXXXXX")
     # A checkpoint now rather than in the middle of some method's run (not
     # worth its time in quick mode)
-    [ "${BENCH_QUICK:-0}" = 1 ] || psql_do -c CHECKPOINT
+    [ "${BENCH_QUICK:-0}" = 1 ] || [ "${NO_CHECKPOINT:-0}" = 1 ] || psql_do -c CHECKPOINT
     if ! out=$(cd "$dir" && run env PGOPTIONS="-c synchronous_commit=$sync" \
             pgbench -n -M prepared -c "$clients" -j "$jobs" -T "${DURATION:-$SECONDS_PER_RUN}" \
             -D names="$names" -D pause_ms="$poll" --max-tries="$tries" \
@@ -210,6 +211,9 @@ thousands() { sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta' <<<"$1"; }
 median() {
     awk NF | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+# section NAME: whether BENCH_SECTIONS (default: all) names this part
+section() { [[ " ${BENCH_SECTIONS:-cycles fence churn scale} " == *" $1 "* ]]; }
 
 # --- lock-cycle tables ------------------------------------------------------
 
@@ -303,183 +307,202 @@ echo "  granted; *misses* counts the refused polls, and latency includes them."
 echo "* mean, p99: latency of a granted cycle (acquire to end of release), from pgbench's"
 echo "  per-transaction log or the Redis client. x floor: ops/s divided by the durable floor's."
 
-for sync in on off; do
-    for clients in 1 8 32; do
-        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$clients" != 8 ] && continue
-        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = off ] && continue
-        cycle_table "$clients" "$NAMES" "$sync"
+if section cycles; then
+    for sync in on off; do
+        for clients in 1 8 32; do
+            [ "${BENCH_QUICK:-0}" = 1 ] && [ "$clients" != 8 ] && continue
+            [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = off ] && continue
+            cycle_table "$clients" "$NAMES" "$sync"
+        done
+        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = on ] && continue
+        cycle_table 8 1 "$sync"
     done
-    [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = on ] && continue
-    cycle_table 8 1 "$sync"
-done
-cycle_table 8 "$NAMES" cpu
+    cycle_table 8 "$NAMES" cpu
+fi
 
 # --- fenced UPDATE ------------------------------------------------------------
+if section fence; then
+    say "UPDATE of 100,000 rows with and without a fence"
+    TOKEN=$(psql_val "SELECT token FROM dlock.try_acquire('fence', '1 h', 'writer')")
+    PTOKEN=$(psql_val "SELECT plpgsql_acquire('fence', '1 h', 'writer')")
+    LABELS=("no fence"
+            "WHERE dlock.fence(name, token)"
+            "WHERE EXISTS (PL/pgSQL lease row ... FOR SHARE)")
+    FENCE_SQL=("UPDATE bench_fence SET v = v + 1"
+               "UPDATE bench_fence SET v = v + 1 WHERE dlock.fence('fence', $TOKEN)"
+               "UPDATE bench_fence SET v = v + 1 WHERE EXISTS (SELECT FROM plpgsql_lease
+                  WHERE name = 'fence' AND token = $PTOKEN AND expires_at > clock_timestamp() FOR SHARE)")
 
-say "UPDATE of 100,000 rows with and without a fence"
-TOKEN=$(psql_val "SELECT token FROM dlock.try_acquire('fence', '1 h', 'writer')")
-PTOKEN=$(psql_val "SELECT plpgsql_acquire('fence', '1 h', 'writer')")
-LABELS=("no fence"
-        "WHERE dlock.fence(name, token)"
-        "WHERE EXISTS (PL/pgSQL lease row ... FOR SHARE)")
-FENCE_SQL=("UPDATE bench_fence SET v = v + 1"
-           "UPDATE bench_fence SET v = v + 1 WHERE dlock.fence('fence', $TOKEN)"
-           "UPDATE bench_fence SET v = v + 1 WHERE EXISTS (SELECT FROM plpgsql_lease
-              WHERE name = 'fence' AND token = $PTOKEN AND expires_at > clock_timestamp() FOR SHARE)")
+    # plan_ms SQL: server execution time of one statement over bench_fence;
+    # checks that it went through all 100,000 rows
+    plan_ms() {
+        local plan
+        plan=$(psql_val "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) $1")
+        if ! grep -q 'Seq Scan on bench_fence (actual rows=100000 ' <<<"$plan"; then
+            echo "$plan" >&2
+            return 1
+        fi
+        sed -nE 's/^Execution Time: ([0-9.]+) ms$/\1/p' <<<"$plan"
+    }
+    # update_ms SQL: the same after a VACUUM, so that every UPDATE starts from
+    # the same table state
+    update_ms() {
+        psql_do -c 'VACUUM bench_fence'
+        plan_ms "$1"
+    }
 
-# plan_ms SQL: server execution time of one statement over bench_fence;
-# checks that it went through all 100,000 rows
-plan_ms() {
-    local plan
-    plan=$(psql_val "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) $1")
-    if ! grep -q 'Seq Scan on bench_fence (actual rows=100000 ' <<<"$plan"; then
-        echo "$plan" >&2
-        return 1
-    fi
-    sed -nE 's/^Execution Time: ([0-9.]+) ms$/\1/p' <<<"$plan"
-}
-# update_ms SQL: the same after a VACUUM, so that every UPDATE starts from
-# the same table state
-update_ms() {
-    psql_do -c 'VACUUM bench_fence'
-    plan_ms "$1"
-}
-
-# time_in_turn FUNCTION SQL...: FENCE_REPS rounds of FUNCTION over each SQL
-# in turn; RESULTS[i] collects SQL i's times
-time_in_turn() {
-    local fn=$1 rep i
-    shift
-    RESULTS=()
-    for ((rep = 1; rep <= FENCE_REPS; rep++)); do
-        for ((i = 1; i <= $#; i++)); do
-            RESULTS[i - 1]+="$("$fn" "${!i}")"$'\n'
+    # time_in_turn FUNCTION SQL...: FENCE_REPS rounds of FUNCTION over each SQL
+    # in turn; RESULTS[i] collects SQL i's times
+    time_in_turn() {
+        local fn=$1 rep i
+        shift
+        RESULTS=()
+        for ((rep = 1; rep <= FENCE_REPS; rep++)); do
+            for ((i = 1; i <= $#; i++)); do
+                RESULTS[i - 1]+="$("$fn" "${!i}")"$'\n'
+            done
         done
+    }
+
+    # Warm-up: the first UPDATE finds no free space yet, unlike all later ones
+    if [ "${BENCH_QUICK:-0}" != 1 ]; then
+        for sql in "${FENCE_SQL[@]}"; do update_ms "$sql" >/dev/null; done
+    fi
+    time_in_turn update_ms "${FENCE_SQL[@]}"
+    echo
+    echo "### UPDATE of all 100,000 rows of a table, one statement (EXPLAIN ANALYZE, TIMING OFF)"
+    echo
+    echo "Median of $FENCE_REPS runs each, in turn, each after a VACUUM of the table."
+    echo
+    printf '| %-48s | %9s | %9s | %9s | %7s |\n' "guard in the WHERE clause" "median ms" "min ms" "max ms" "x none"
+    printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..50})" ----------: ----------: ----------: --------:
+    for i in "${!LABELS[@]}"; do
+        med=$(median <<<"${RESULTS[i]}")
+        [ "$i" = 0 ] && base=$med
+        printf '| %-48s | %9.1f | %9.1f | %9.1f | %7.2f |\n' "${LABELS[i]}" "$med" \
+            "$(awk NF <<<"${RESULTS[i]}" | sort -g | head -n 1)" "$(awk NF <<<"${RESULTS[i]}" | sort -g | tail -n 1)" \
+            "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')"
     done
-}
 
-# Warm-up: the first UPDATE finds no free space yet, unlike all later ones
-if [ "${BENCH_QUICK:-0}" != 1 ]; then
-    for sql in "${FENCE_SQL[@]}"; do update_ms "$sql" >/dev/null; done
+    # The guard alone: the same rows counted instead of updated, so that the
+    # guard's cost per row is not lost in the noise of writing 100,000 rows.
+    # Every count has a filter on each row (v >= 0, always true), so that they
+    # differ only in the guard.
+    COUNT_SQL=()
+    for sql in "${FENCE_SQL[@]}"; do
+        guard=${sql#UPDATE bench_fence SET v = v + 1}
+        COUNT_SQL+=("SELECT count(*) FROM bench_fence WHERE v >= 0${guard/ WHERE / AND }")
+    done
+    # Warm-up: the first scan after the UPDATEs sets the rows' hint bits
+    for sql in "${COUNT_SQL[@]}"; do plan_ms "$sql" >/dev/null; done
+    time_in_turn plan_ms "${COUNT_SQL[@]}"
+    echo
+    echo "The guard alone: SELECT count(*) of the same 100,000 rows, WHERE v >= 0 and each guard"
+    echo "(median of $FENCE_REPS runs); *ns per row* is the difference from no guard, per row."
+    echo
+    printf '| %-48s | %9s | %11s |\n' "guard in the WHERE clause" "median ms" "ns per row"
+    printf '|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..50})" ----------: ------------:
+    for i in "${!LABELS[@]}"; do
+        med=$(median <<<"${RESULTS[i]}")
+        [ "$i" = 0 ] && base=$med
+        printf '| %-48s | %9.1f | %11.1f |\n' "${LABELS[i]}" "$med" \
+            "$(awk -v a="$med" -v b="$base" 'BEGIN { print (a - b) * 1e6 / 100000 }')"
+    done
+    psql_val "SELECT dlock.release('fence', 'writer'), plpgsql_release('fence', 'writer')" >/dev/null
 fi
-time_in_turn update_ms "${FENCE_SQL[@]}"
-echo
-echo "### UPDATE of all 100,000 rows of a table, one statement (EXPLAIN ANALYZE, TIMING OFF)"
-echo
-echo "Median of $FENCE_REPS runs each, in turn, each after a VACUUM of the table."
-echo
-printf '| %-48s | %9s | %9s | %9s | %7s |\n' "guard in the WHERE clause" "median ms" "min ms" "max ms" "x none"
-printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..50})" ----------: ----------: ----------: --------:
-for i in "${!LABELS[@]}"; do
-    med=$(median <<<"${RESULTS[i]}")
-    [ "$i" = 0 ] && base=$med
-    printf '| %-48s | %9.1f | %9.1f | %9.1f | %7.2f |\n' "${LABELS[i]}" "$med" \
-        "$(awk NF <<<"${RESULTS[i]}" | sort -g | head -n 1)" "$(awk NF <<<"${RESULTS[i]}" | sort -g | tail -n 1)" \
-        "$(awk -v a="$med" -v b="$base" 'BEGIN { print a / b }')"
-done
-
-# The guard alone: the same rows counted instead of updated, so that the
-# guard's cost per row is not lost in the noise of writing 100,000 rows.
-# Every count has a filter on each row (v >= 0, always true), so that they
-# differ only in the guard.
-COUNT_SQL=()
-for sql in "${FENCE_SQL[@]}"; do
-    guard=${sql#UPDATE bench_fence SET v = v + 1}
-    COUNT_SQL+=("SELECT count(*) FROM bench_fence WHERE v >= 0${guard/ WHERE / AND }")
-done
-# Warm-up: the first scan after the UPDATEs sets the rows' hint bits
-for sql in "${COUNT_SQL[@]}"; do plan_ms "$sql" >/dev/null; done
-time_in_turn plan_ms "${COUNT_SQL[@]}"
-echo
-echo "The guard alone: SELECT count(*) of the same 100,000 rows, WHERE v >= 0 and each guard"
-echo "(median of $FENCE_REPS runs); *ns per row* is the difference from no guard, per row."
-echo
-printf '| %-48s | %9s | %11s |\n' "guard in the WHERE clause" "median ms" "ns per row"
-printf '|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..50})" ----------: ------------:
-for i in "${!LABELS[@]}"; do
-    med=$(median <<<"${RESULTS[i]}")
-    [ "$i" = 0 ] && base=$med
-    printf '| %-48s | %9.1f | %11.1f |\n' "${LABELS[i]}" "$med" \
-        "$(awk -v a="$med" -v b="$base" 'BEGIN { print (a - b) * 1e6 / 100000 }')"
-done
-psql_val "SELECT dlock.release('fence', 'writer'), plpgsql_release('fence', 'writer')" >/dev/null
 
 # --- many cycles: lease_state's size and HOT share -----------------------------
+if section churn; then
+    grants() { DB=${1:-postgres} psql_val 'SELECT last_value FROM dlock.token_seq'; }
 
-grants() { DB=${1:-postgres} psql_val 'SELECT last_value FROM dlock.token_seq'; }
-
-say "dlock cycles until $(thousands "$CHURN_TARGET") grants or $CHURN_SECONDS s"
-churn_start=$(date +%s)
-churn_ops=()
-while :; do
-    left=$((CHURN_SECONDS - ($(date +%s) - churn_start)))
-    [ "$left" -gt 0 ] && [ "$(grants)" -lt "$CHURN_TARGET" ] || break
-    churn_ops+=("$(DURATION=$((left < 30 ? left : 30)) pg_run dlock_try.sql 8 off "$NAMES" 0 | awk '{ print $1 }')")
-done
-echo
-echo "### Tables after the whole run, $(thousands "$(grants)") dlock grants (tokens issued) in all"
-echo
-echo "Every method's table had all the cycles of the tables above; dlock's also had the"
-echo "grants of its setup (10,000 names) and $(($(date +%s) - churn_start)) s of try_acquire + release"
-echo "on random names out of $(thousands "$NAMES") with 8 clients, synchronous_commit=off, at"
-echo "$(printf '%s\n' "${churn_ops[@]}" | median | xargs printf '%.0f') cycles/s (median of ${#churn_ops[@]} runs). Counters from pg_stat_user_tables since initdb."
-echo
-psql_do -c 'SELECT pg_stat_force_next_flush()' >/dev/null
-echo "| table | rows | heap | indexes | updates | HOT updates | HOT share | autovacuums |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-psql_val "SELECT format('| %s | %s | %s | %s | %s | %s | %s | %s |',
-                s.relid::regclass, c.n, pg_size_pretty(pg_relation_size(s.relid)),
-                pg_size_pretty(pg_indexes_size(s.relid)), s.n_tup_upd, s.n_tup_hot_upd,
-                coalesce(round(100.0 * s.n_tup_hot_upd / nullif(s.n_tup_upd, 0), 1) || ' %', '-'),
-                s.autovacuum_count)
-            FROM pg_stat_user_tables s,
-                 LATERAL (SELECT (xpath('/row/n/text()',
-                          query_to_xml(format('SELECT count(*) AS n FROM %s', s.relid::regclass),
-                                       false, true, '')))[1]::text AS n) c
-           WHERE s.relname IN ('lease_state', 'plpgsql_lease', 'shedlock', 'bench_floor')
-           ORDER BY s.relname = 'lease_state' DESC, s.relname"
+    say "dlock cycles until $(thousands "$CHURN_TARGET") grants or $CHURN_SECONDS s"
+    churn_start=$(date +%s)
+    churn_ops=()
+    while :; do
+        left=$((CHURN_SECONDS - ($(date +%s) - churn_start)))
+        [ "$left" -gt 0 ] && [ "$(grants)" -lt "$CHURN_TARGET" ] || break
+        churn_ops+=("$(DURATION=$((left < 30 ? left : 30)) pg_run dlock_try.sql 8 off "$NAMES" 0 | awk '{ print $1 }')")
+    done
+    echo
+    echo "### Tables after the whole run, $(thousands "$(grants)") dlock grants (tokens issued) in all"
+    echo
+    echo "Every method's table had all the cycles of the tables above; dlock's also had the"
+    echo "grants of its setup (10,000 names) and $(($(date +%s) - churn_start)) s of try_acquire + release"
+    echo "on random names out of $(thousands "$NAMES") with 8 clients, synchronous_commit=off, at"
+    echo "$(printf '%s\n' "${churn_ops[@]}" | median | xargs printf '%.0f') cycles/s (median of ${#churn_ops[@]} runs). Counters from pg_stat_user_tables since initdb."
+    echo
+    psql_do -c 'SELECT pg_stat_force_next_flush()' >/dev/null
+    echo "| table | rows | heap | indexes | updates | HOT updates | HOT share | autovacuums |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    psql_val "SELECT format('| %s | %s | %s | %s | %s | %s | %s | %s |',
+                    s.relid::regclass, c.n, pg_size_pretty(pg_relation_size(s.relid)),
+                    pg_size_pretty(pg_indexes_size(s.relid)), s.n_tup_upd, s.n_tup_hot_upd,
+                    coalesce(round(100.0 * s.n_tup_hot_upd / nullif(s.n_tup_upd, 0), 1) || ' %', '-'),
+                    s.autovacuum_count)
+                FROM pg_stat_user_tables s,
+                     LATERAL (SELECT (xpath('/row/n/text()',
+                              query_to_xml(format('SELECT count(*) AS n FROM %s', s.relid::regclass),
+                                           false, true, '')))[1]::text AS n) c
+               WHERE s.relname IN ('lease_state', 'plpgsql_lease', 'shedlock', 'bench_floor')
+               ORDER BY s.relname = 'lease_state' DESC, s.relname"
+fi
 
 # --- cycle rate with few and many names -----------------------------------------
-
-RESULTS=() LABELS=() CMDS=() FILL_S=()
-for n in "$SMALL_NAMES" "$BIG_NAMES"; do
-    say "dlock.lease_state with $(thousands "$n") names"
-    psql_do -c "CREATE DATABASE names_$n"
-    DB=names_$n psql_do -f "$WORK/sql/helpers.sql"
-    start=$(date +%s.%N)
-    DB=names_$n psql_do -v names="$n" -f "$WORK/sql/dlock_fill.sql"
-    FILL_S+=("$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')")
-    DB=names_$n psql_do -c 'VACUUM ANALYZE'
-done
-for sync in on off; do
-    [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = off ] && continue
+if section scale; then
+    RESULTS=() LABELS=() CMDS=() FILL_S=()
     for n in "$SMALL_NAMES" "$BIG_NAMES"; do
-        LABELS+=("$n|$sync")
-        CMDS+=("DB=names_$n pg_run dlock_try.sql 1 $sync $n 0")
+        say "dlock.lease_state with $(thousands "$n") names"
+        psql_do -c "CREATE DATABASE names_$n"
+        DB=names_$n psql_do -f "$WORK/sql/helpers.sql"
+        start=$(date +%s.%N)
+        DB=names_$n psql_do -v names="$n" -f "$WORK/sql/dlock_fill.sql"
+        FILL_S+=("$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')")
+        DB=names_$n psql_do -c 'VACUUM ANALYZE'
     done
-done
-say "dlock cycles with $(thousands "$SMALL_NAMES") versus $(thousands "$BIG_NAMES") names"
-# One client runs are cheap, and the disk's noise is large next to the
-# difference sought: more repetitions
-REPS=$SCALE_REPS alternate
-echo
-echo "### dlock.try_acquire + release on random names, 1 client, by the number of names in lease_state"
-echo
-echo "Each set of names in its own database, granted beforehand with a 1 ms ttl (so all free);"
-echo "median of $SCALE_REPS runs of each, in turn."
-echo "Filling took ${FILL_S[0]} s for $(thousands "$SMALL_NAMES") names and ${FILL_S[1]} s for $(thousands "$BIG_NAMES") names (batches of 2,000 grants per commit)."
-echo
-printf '| %9s | %11s | %9s | %8s | %8s | %6s | %10s | %10s |\n' names sync_commit ops/s "mean ms" "p99 ms" misses heap indexes
-echo "|---:|---|---:|---:|---:|---:|---:|---:|"
-for i in "${!LABELS[@]}"; do
-    n=${LABELS[i]%|*} sync=${LABELS[i]#*|}
-    for col in 1 2 3 4; do
-        printf -v "c$col" '%s' "$(awk -v c="$col" 'NF { print $c }' <<<"${RESULTS[i]}" | median)"
+    # Measured between checkpoints, in steady state.  Right after a checkpoint
+    # the first change of each page writes its full image to the WAL: with a
+    # million names that is nearly every change until every page has had one,
+    # which is the cost of updating any large table at random, not dlock's.  So
+    # one checkpoint, a warm-up that changes (nearly) every page once, and no
+    # checkpoints between the runs (the section ends well within
+    # checkpoint_timeout and max_wal_size).
+    for sync in on off; do
+        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = off ] && continue
+        for n in "$SMALL_NAMES" "$BIG_NAMES"; do
+            LABELS+=("$n|$sync")
+            CMDS+=("DB=names_$n NO_CHECKPOINT=1 pg_run dlock_try.sql 1 $sync $n 0")
+        done
     done
-    read -r heap idx < <(DB=names_$n psql_val "SELECT replace(pg_size_pretty(pg_relation_size('dlock.lease_state')), ' ', ''),
-                                                      replace(pg_size_pretty(pg_indexes_size('dlock.lease_state')), ' ', '')" | tr '|' ' ')
-    printf '| %9s | %11s | %9.0f | %8.3f | %8.3f | %6.0f | %10s | %10s |\n' "$(thousands "$n")" "$sync" "$c1" "$c2" "$c3" "$c4" "$heap" "$idx"
-done
+    say "dlock cycles with $(thousands "$SMALL_NAMES") versus $(thousands "$BIG_NAMES") names"
+    [ "${BENCH_QUICK:-0}" = 1 ] || psql_do -c CHECKPOINT
+    for n in "$SMALL_NAMES" "$BIG_NAMES"; do
+        DB=names_$n NO_CHECKPOINT=1 DURATION=$SCALE_WARMUP_SECONDS \
+            pg_run dlock_try.sql 8 off "$n" 0 >/dev/null
+    done
+    # One client runs are cheap, and the disk's noise is large next to the
+    # difference sought: more repetitions
+    REPS=$SCALE_REPS alternate
+    echo
+    echo "### dlock.try_acquire + release on random names, 1 client, by the number of names in lease_state"
+    echo
+    echo "Each set of names in its own database, granted beforehand with a 1 ms ttl (so all free);"
+    echo "median of $SCALE_REPS runs of each, in turn, after one checkpoint and a ${SCALE_WARMUP_SECONDS} s warm-up of"
+    echo "each (8 clients), with no checkpoint between the runs: steady state, not the burst of"
+    echo "full-page images that follows every checkpoint."
+    echo "Filling took ${FILL_S[0]} s for $(thousands "$SMALL_NAMES") names and ${FILL_S[1]} s for $(thousands "$BIG_NAMES") names (batches of 2,000 grants per commit)."
+    echo
+    printf '| %9s | %11s | %9s | %8s | %8s | %6s | %10s | %10s |\n' names sync_commit ops/s "mean ms" "p99 ms" misses heap indexes
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|"
+    for i in "${!LABELS[@]}"; do
+        n=${LABELS[i]%|*} sync=${LABELS[i]#*|}
+        for col in 1 2 3 4; do
+            printf -v "c$col" '%s' "$(awk -v c="$col" 'NF { print $c }' <<<"${RESULTS[i]}" | median)"
+        done
+        read -r heap idx < <(DB=names_$n psql_val "SELECT replace(pg_size_pretty(pg_relation_size('dlock.lease_state')), ' ', ''),
+                                                          replace(pg_size_pretty(pg_indexes_size('dlock.lease_state')), ' ', '')" | tr '|' ' ')
+        printf '| %9s | %11s | %9.0f | %8.3f | %8.3f | %6.0f | %10s | %10s |\n' "$(thousands "$n")" "$sync" "$c1" "$c2" "$c3" "$c4" "$heap" "$idx"
+    done
 
-echo
+    echo
+fi
 echo "Whole run: $(($(date +%s) - T0)) s."
