@@ -97,7 +97,7 @@ AS 'MODULE_PATHNAME', 'dlock_release'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION dlock.release(text, text) IS
-  'Ends the lease of name if owner holds it live (compare-and-release); false otherwise.';
+  'Ends the lease of name if owner holds it live (compare-and-release); false otherwise. A transaction that changes nothing else commits without waiting for its WAL flush (dlock.lazy_release).';
 
 CREATE FUNCTION dlock.force_release(name text)
 RETURNS boolean
