@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * durability.c
- *	  Making the commit of a grant as durable as the server allows.
+ *	  How durable the commits of grants and of releases are.
  *
  * A grant that is acknowledged and then lost would let its token be issued
  * again, to someone else, after a crash or a failover.  So a transaction
