@@ -5,7 +5,8 @@
  *
  * Loading the module defines dlock's settings and registers its
  * end-of-transaction work (fence cache, wake-ups, session-bound leases,
- * durable commits of grants).
+ * durable commits of grants, lazy commits of releases) and the
+ * invalidation of its cached relation OIDs.
  * dlock keeps no shared memory of its own: waiters queue in the lock
  * manager and are woken through their latches, so it works the same with
  * and without shared_preload_libraries.
@@ -87,4 +88,5 @@ _PG_init(void)
 	WaitingXactCallbackInit();
 	SessionXactCallbackInit();
 	DurabilityXactCallbackInit();
+	LeaseStoreCacheInit();
 }

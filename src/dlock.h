@@ -135,6 +135,7 @@ typedef struct LeaseStore
 } LeaseStore;
 
 /* lease_store.c */
+extern void LeaseStoreCacheInit(void);
 extern void LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode);
 extern void LeaseStoreClose(LeaseStore *store);
 extern void LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row);

@@ -95,7 +95,6 @@
 static Oid	lease_table_oid = InvalidOid;
 static Oid	lease_index_oid = InvalidOid;
 static Oid	token_seq_oid = InvalidOid;
-static bool relation_cache_callback_registered = false;
 
 static void
 ForgetDlockRelations(Datum arg pg_attribute_unused(), Oid relid)
@@ -107,6 +106,16 @@ ForgetDlockRelations(Datum arg pg_attribute_unused(), Oid relid)
 		lease_index_oid = InvalidOid;
 		token_seq_oid = InvalidOid;
 	}
+}
+
+/*
+ * LeaseStoreCacheInit - register the invalidation of the cached OIDs (once,
+ * from _PG_init)
+ */
+void
+LeaseStoreCacheInit(void)
+{
+	CacheRegisterRelcacheCallback(ForgetDlockRelations, (Datum) 0);
 }
 
 /*
@@ -138,11 +147,6 @@ LookupDlockRelation(const char *relname)
 static Oid
 CachedDlockRelation(Oid *cached, const char *relname)
 {
-	if (!relation_cache_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(ForgetDlockRelations, (Datum) 0);
-		relation_cache_callback_registered = true;
-	}
 	if (!OidIsValid(*cached))
 		*cached = LookupDlockRelation(relname);
 	return *cached;
