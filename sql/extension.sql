@@ -26,3 +26,14 @@ ALTER TABLE dlock.lease_state RENAME TO lease_state_moved;
 SELECT dlock.try_acquire('ext:c', '1h', 'w');
 ALTER TABLE dlock.lease_state_moved RENAME TO lease_state;
 SELECT token FROM dlock.try_acquire('ext:c', '1h', 'w');
+
+-- fence() answers do not outlive the state they were about: after DROP and
+-- CREATE EXTENSION in one transaction, a token of the dropped state fences
+-- false
+BEGIN;
+SELECT token AS dropped_token FROM dlock.try_acquire('ext:f', '1h', 'w') \gset
+SELECT dlock.fence('ext:f', :dropped_token) AS fenced;
+DROP EXTENSION dlock;
+CREATE EXTENSION dlock;
+SELECT dlock.fence('ext:f', :dropped_token) AS fenced_after_recreate;
+COMMIT;

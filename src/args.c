@@ -215,7 +215,17 @@ ArgGetLockDelay(FunctionCallInfo fcinfo, int argno)
 	int64		micros;
 
 	if (PG_ARGISNULL(argno))
-		return (int64) dlock_default_lock_delay * 1000;
+	{
+		/* SET checks it too, but dlock.max_ttl may have been lowered since */
+		micros = (int64) dlock_default_lock_delay * 1000;
+		if (micros > (int64) dlock_max_ttl * USECS_PER_SEC)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("dlock.default_lock_delay exceeds dlock.max_ttl"),
+					 errdetail("The longest allowed lock_delay is %d seconds.", dlock_max_ttl),
+					 errhint("Lower dlock.default_lock_delay, or pass lock_delay.")));
+		return micros;
+	}
 	span = PG_GETARG_INTERVAL_P(argno);
 	RejectMonths(span, "lock_delay");
 	if (!IntervalToMicros(span, &micros))

@@ -3,9 +3,9 @@
  * dlock.c
  *	  Module entry point of dlock: leased, fenced locks for SQL.
  *
- * Loading the module defines dlock's settings and registers its
- * end-of-transaction work (fence cache, wake-ups, session-bound leases,
- * durable commits of grants, lazy commits of releases) and the
+ * Loading the module defines dlock's settings, registers the one
+ * transaction callback and the one subtransaction callback that run every
+ * module's end-of-(sub)transaction work in a fixed order (below), and the
  * invalidation of its cached relation OIDs.
  * dlock keeps no shared memory of its own: waiters queue in the lock
  * manager and are woken through their latches, so it works the same with
@@ -20,6 +20,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "utils/guc.h"
 
@@ -38,6 +39,81 @@ int			dlock_default_lock_delay = 0;
 bool		dlock_lazy_release = true;
 
 void		_PG_init(void);
+
+static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
+
+/*
+ * DlockXactCallback - end-of-transaction work of every module, in order
+ *
+ * Before the commit record (PRE_COMMIT, PRE_PREPARE):
+ *	1. session.c refuses to PREPARE a transaction that granted a
+ *	   session-bound lease: the lease is bound to this backend, but a
+ *	   prepared transaction commits independently of it.
+ *	2. durability.c sets synchronous_commit for this commit only: raised for
+ *	   a grant (also for the PREPARE record of one), lowered for a
+ *	   release-only transaction (never for a PREPARE).
+ * After the commit record (COMMIT, PREPARE) or the abort (ABORT):
+ *	3. fence.c forgets the fence cache (its memory goes with the
+ *	   transaction).
+ *	4. session.c marks this transaction's session-bound grants committed
+ *	   and gives up the session locks of leases it released (COMMIT), or
+ *	   drops the grants that rolled back (ABORT).
+ *	5. waiting.c wakes the queue heads of names this transaction ended.
+ *	   At COMMIT the change is visible, so the head is granted; at PREPARE
+ *	   it is not yet, but the head then waits in the lock manager for the
+ *	   prepared transaction's lock on the name, which COMMIT PREPARED (in
+ *	   any backend) releases, waking it at once.
+ *	6. durability.c forgets what it noted about the transaction.
+ * dlock's functions are PARALLEL UNSAFE, so the parallel events only reset.
+ */
+static void
+DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			DurabilityAtPreCommit(false);
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			SessionLeasesAtPrePrepare();
+			DurabilityAtPreCommit(true);
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			FenceCacheAtEOXact();
+			SessionLeasesAtEOXact(event);
+			QueueWakesAtEOXact(event);
+			DurabilityAtEOXact();
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * DlockSubXactCallback - a subtransaction ends
+ *
+ * Pending items (wake-ups, session-lock releases, session-bound grants) are
+ * tagged with the subtransaction that made them.  Subtransaction ids grow
+ * within a transaction, and a subtransaction that is still open is an
+ * ancestor of every later one, so when subtransaction S aborts, exactly the
+ * items tagged S or higher were made in S or in its children: those are
+ * dropped.  A committing subtransaction hands its items to its parent, which
+ * the same rule already does: nothing to do.
+ */
+static void
+DlockSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	FenceCacheAtSubAbort(mySubid, parentSubid);
+	SessionLeasesAtSubAbort(mySubid);
+	QueueWakesAtSubAbort(mySubid);
+}
 
 /*
  * _PG_init - define the settings and hooks of the module
@@ -67,7 +143,7 @@ _PG_init(void)
 							INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_MS,
-							NULL,
+							DefaultLockDelayCheck,
 							NULL,
 							NULL);
 
@@ -84,9 +160,29 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("dlock");
 
-	FenceXactCallbackInit();
-	WaitingXactCallbackInit();
-	SessionXactCallbackInit();
-	DurabilityXactCallbackInit();
+	RegisterXactCallback(DlockXactCallback, NULL);
+	RegisterSubXactCallback(DlockSubXactCallback, NULL);
 	LeaseStoreCacheInit();
+}
+
+/*
+ * DefaultLockDelayCheck - a SET of dlock.default_lock_delay may not exceed
+ * dlock.max_ttl, the bound every explicit lock_delay has
+ *
+ * Values from the configuration file are not checked here, since the order
+ * in which the two settings are read is not known; every grant checks the
+ * delay it uses (args.c).
+ */
+static bool
+DefaultLockDelayCheck(int *newval, void **extra pg_attribute_unused(), GucSource source)
+{
+	if (source < PGC_S_INTERACTIVE)
+		return true;
+	if ((int64) *newval > (int64) dlock_max_ttl * 1000)
+	{
+		GUC_check_errdetail("The lock-delay may not exceed dlock.max_ttl (%d s).",
+							dlock_max_ttl);
+		return false;
+	}
+	return true;
 }

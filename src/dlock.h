@@ -33,6 +33,7 @@
 #ifndef DLOCK_H
 #define DLOCK_H
 
+#include "access/xact.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "storage/itemptr.h"
@@ -136,6 +137,7 @@ typedef struct LeaseStore
 
 /* lease_store.c */
 extern void LeaseStoreCacheInit(void);
+extern uint64 LeaseStoreGeneration(void);
 extern void LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode);
 extern void LeaseStoreClose(LeaseStore *store);
 extern void LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row);
@@ -150,22 +152,38 @@ typedef enum LeaseStatus
 	LEASE_DELAYED				/* ended, in its lock-delay until *until */
 } LeaseStatus;
 
-extern LeaseStatus LeaseStatusAt(const LeaseRow *row, TimestampTz now, TimestampTz *until);
+extern LeaseStatus LeaseStatusAt(const LeaseRow *row, TimestampTz now,
+								 bool holder_alive, TimestampTz *until);
+extern bool LeaseHolderAlive(const LeaseRow *row);
+
+static inline LeaseStatus
+LeaseStatusNow(const LeaseRow *row, TimestampTz now, TimestampTz *until)
+{
+	return LeaseStatusAt(row, now, LeaseHolderAlive(row), until);
+}
 
 static inline bool
 LeaseIsLive(const LeaseRow *row, TimestampTz now)
 {
 	TimestampTz until;
 
-	return LeaseStatusAt(row, now, &until) == LEASE_LIVE;
+	return LeaseStatusNow(row, now, &until) == LEASE_LIVE;
 }
+
+/*
+ * End-of-(sub)transaction hooks of the modules below: called only by the
+ * dispatcher in dlock.c, which writes down their order.
+ */
 
 /* session.c: session-bound leases */
 extern void SessionLeaseTake(const LeaseName *name, int64 token);
 extern void SessionLeaseForgetAtCommit(int64 token);
 extern bool SessionLeaseAlive(int64 token);
+extern void SessionLeaseWaitForHolder(int64 token, TimestampTz until, WaitLimit limit);
 extern void SessionLeasePrune(void);
-extern void SessionXactCallbackInit(void);
+extern void SessionLeasesAtPrePrepare(void);
+extern void SessionLeasesAtEOXact(XactEvent event);
+extern void SessionLeasesAtSubAbort(SubTransactionId mySubid);
 
 /* waiting.c: the queue of waiters and their wake-ups */
 extern bool QueueJoin(const LeaseName *name, WaitLimit limit);
@@ -173,16 +191,19 @@ extern void QueueLeave(const LeaseName *name);
 extern void WakeQueueHead(const LeaseName *name);
 extern void WakeQueueHeadAtCommit(const LeaseName *name);
 extern void SleepUntil(TimestampTz until, WaitLimit limit);
-extern void WaitingXactCallbackInit(void);
+extern void QueueWakesAtEOXact(XactEvent event);
+extern void QueueWakesAtSubAbort(SubTransactionId mySubid);
 
 /* durability.c */
 extern void RequireDurableCommit(void);
 extern void ReleaseCallBegin(void);
 extern void ReleaseCallEnd(bool released);
-extern void DurabilityXactCallbackInit(void);
+extern void DurabilityAtPreCommit(bool prepare);
+extern void DurabilityAtEOXact(void);
 
 /* fence.c */
-extern void FenceCacheReset(void);
-extern void FenceXactCallbackInit(void);
+extern void FenceCacheLeaseChanged(void);
+extern void FenceCacheAtEOXact(void);
+extern void FenceCacheAtSubAbort(SubTransactionId mySubid, SubTransactionId parentSubid);
 
 #endif							/* DLOCK_H */

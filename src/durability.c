@@ -8,15 +8,16 @@
  * that issued a token commits at least with synchronous_commit = on: its
  * commit record is flushed locally and, where synchronous standbys are
  * configured, on them too, whatever synchronous_commit the caller chose
- * (a stricter remote_apply is kept).  The setting is raised just before
- * the commit, for that commit only; it cannot be raised earlier from inside
+ * (a stricter remote_apply is kept); so does the PREPARE TRANSACTION of a
+ * grant.  The setting is raised just before the commit, for that commit only; it cannot be raised earlier from inside
  * the function, because a function with a SET clause restores settings on
  * exit.  Renewals and force-releases keep the caller's setting: losing one
  * only changes how long a lease lasts, never repeats a token.
  *
  * A release whose transaction changed nothing else commits without waiting
  * for its flush (dlock.lazy_release): one WAL flush per lock cycle instead
- * of two.  That is safe because a release lost in a crash or a failover
+ * of two.  Not when the caller's synchronous_commit waits for synchronous
+ * standbys: lazy release never lowers what the caller asked of them.  That is safe because a release lost in a crash or a failover
  * leaves the lease as it was, held by an owner who is done with it, until
  * its ttl runs out; no one can have been granted the name in between, since
  * that grant's flush would have carried the release, which is earlier in the
@@ -38,6 +39,8 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
 #include "utils/guc.h"
 
 #include "dlock.h"
@@ -93,46 +96,64 @@ OnlyReleasesInThisTransaction(void)
 		XactLastRecEnd == WalEndAfterRelease;
 }
 
-static void
-DurabilityXactCallback(XactEvent event, void *arg pg_attribute_unused())
+/*
+ * CallerWaitsForStandbys - whether the caller's synchronous_commit makes
+ * its commits wait for synchronous standbys
+ *
+ * A standby receives only WAL that is flushed locally, so such a commit
+ * cannot skip its local flush without also skipping the standbys' wait.
+ */
+static bool
+CallerWaitsForStandbys(void)
 {
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-			if (GrantInThisTransaction)
-			{
-				if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
-					(void) set_config_option("synchronous_commit", "on",
-											 PGC_USERSET, PGC_S_SESSION,
-											 GUC_ACTION_LOCAL, true, 0, false);
-			}
-			else if (dlock_lazy_release && OnlyReleasesInThisTransaction() &&
-					 synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
-				(void) set_config_option("synchronous_commit", "off",
-										 PGC_USERSET, PGC_S_SESSION,
-										 GUC_ACTION_LOCAL, true, 0, false);
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			GrantInThisTransaction = false;
-			ReleaseInThisTransaction = false;
-			OtherWalInThisTransaction = false;
-			WalEndAfterRelease = InvalidXLogRecPtr;
-			break;
-		default:
-			break;
-	}
+	return SyncRepRequested() &&
+		SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+}
+
+static void
+SetSynchronousCommit(const char *value)
+{
+	(void) set_config_option("synchronous_commit", value,
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 }
 
 /*
- * DurabilityXactCallbackInit - register the pre-commit hook (once, from
- * _PG_init)
+ * DurabilityAtPreCommit - just before the commit (or PREPARE) record is
+ * written (dispatcher, dlock.c): choose synchronous_commit for it
+ *
+ * A grant's commit is flushed and waits for synchronous standbys.  So does
+ * the PREPARE of a grant: once the prepared transaction is on the standby,
+ * it keeps its locks through a failover, so no one else can be granted the
+ * name, and its token cannot be issued again, whatever becomes of COMMIT
+ * PREPARED.  A release-only commit skips its flush, unless the caller asked
+ * for synchronous standbys; a PREPARE is always flushed by PostgreSQL.
  */
 void
-DurabilityXactCallbackInit(void)
+DurabilityAtPreCommit(bool prepare)
 {
-	RegisterXactCallback(DurabilityXactCallback, NULL);
+	if (GrantInThisTransaction)
+	{
+		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
+			SetSynchronousCommit("on");
+	}
+	else if (!prepare && dlock_lazy_release && OnlyReleasesInThisTransaction() &&
+			 synchronous_commit > SYNCHRONOUS_COMMIT_OFF &&
+			 !CallerWaitsForStandbys())
+		SetSynchronousCommit("off");
+}
+
+/*
+ * DurabilityAtEOXact - the transaction ended (dispatcher, dlock.c)
+ *
+ * A grant undone by a rolled-back subtransaction still makes the commit
+ * durable: harmless, and simpler than tracking which grants remain.
+ */
+void
+DurabilityAtEOXact(void)
+{
+	GrantInThisTransaction = false;
+	ReleaseInThisTransaction = false;
+	OtherWalInThisTransaction = false;
+	WalEndAfterRelease = InvalidXLogRecPtr;
 }

@@ -13,8 +13,17 @@
  * token, because an UPDATE calls fence once per row.  A cached answer stays
  * right: a true answer is pinned by the lock, and a false one can never turn
  * true (an ended or expired lease is not revived, a superseded token never
- * comes back).  The one exception, this backend itself granting or ending a
- * lease, resets the cache.
+ * comes back).  The exceptions reset the cache:
+ *	- this backend itself grants or ends a lease (FenceCacheLeaseChanged);
+ *	- a subtransaction that did so rolls back, undoing the change
+ *	  (FenceCacheAtSubAbort);
+ *	- dlock's relations are replaced (DROP and CREATE EXTENSION in one
+ *	  transaction), which LeaseStoreGeneration() tells.
+ *
+ * True answers are bounded by the lock table (each holds a lock on its
+ * name).  False answers are cached only up to FENCE_CACHE_MAX_FALSE, so a
+ * transaction that checks a million stale tokens does not hold a million
+ * entries; beyond that only the previous call's answer is kept.
  *
  * A false answer releases the lock it took, so a stale holder's refused
  * write does not hold up the next grant.
@@ -39,6 +48,9 @@
 
 PG_FUNCTION_INFO_V1(dlock_fence);
 
+/* False answers kept in the cache at most; see the header comment */
+#define FENCE_CACHE_MAX_FALSE	1024
+
 typedef struct FenceKey
 {
 	uint64		name_hash;
@@ -56,7 +68,24 @@ typedef struct FenceEntry
 /* All of it lives in a child of TopTransactionContext */
 static MemoryContext FenceCacheContext = NULL;
 static HTAB *FenceCache = NULL;
-static FenceEntry *LastFence = NULL;	/* answer of the previous call */
+static int	FenceCacheFalseEntries = 0;
+static uint64 FenceCacheGeneration = 0; /* LeaseStoreGeneration() it is for */
+
+/*
+ * The newest subtransaction in which this backend changed a lease since the
+ * cache was last reset, or InvalidSubTransactionId
+ */
+static SubTransactionId FenceCacheChangeSubid = InvalidSubTransactionId;
+
+/* The previous call's answer, for the per-row fast path */
+static struct
+{
+	bool		valid;
+	bool		result;
+	int64		token;
+	int			name_len;
+	char		name[DLOCK_MAX_NAME_BYTES];
+}			LastFence;
 
 static inline bool
 FenceEntryMatches(const FenceEntry *entry, const LeaseName *name, int64 token)
@@ -76,17 +105,16 @@ FenceCacheForget(void)
 {
 	FenceCacheContext = NULL;
 	FenceCache = NULL;
-	LastFence = NULL;
+	FenceCacheFalseEntries = 0;
+	LastFence.valid = false;
 }
 
 /*
  * FenceCacheReset - forget every cached answer of this transaction
  *
- * Called whenever this backend changes a lease, since that can change the
- * answer for a (name, token) pair it asked about before.  Locks already
- * taken are kept: they only make the ordering stricter.
+ * Locks already taken are kept: they only make the ordering stricter.
  */
-void
+static void
 FenceCacheReset(void)
 {
 	if (FenceCacheContext != NULL)
@@ -94,31 +122,43 @@ FenceCacheReset(void)
 	FenceCacheForget();
 }
 
-static void
-FenceXactCallback(XactEvent event, void *arg pg_attribute_unused())
+/*
+ * FenceCacheLeaseChanged - this backend changed a lease, which can change
+ * the answer for a (name, token) pair it asked about before
+ */
+void
+FenceCacheLeaseChanged(void)
 {
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			FenceCacheForget();
-			break;
-		default:
-			break;
-	}
+	FenceCacheReset();
+	FenceCacheChangeSubid = GetCurrentSubTransactionId();
 }
 
 /*
- * FenceXactCallbackInit - register the end-of-transaction cleanup (once,
- * from _PG_init)
+ * FenceCacheAtEOXact - the transaction ended (dispatcher, dlock.c)
  */
 void
-FenceXactCallbackInit(void)
+FenceCacheAtEOXact(void)
 {
-	RegisterXactCallback(FenceXactCallback, NULL);
+	FenceCacheForget();
+	FenceCacheChangeSubid = InvalidSubTransactionId;
+}
+
+/*
+ * FenceCacheAtSubAbort - a subtransaction rolled back (dispatcher, dlock.c)
+ *
+ * If it, or one of its children, changed a lease, answers given since then
+ * describe a change that is now undone.  The parent may have changed leases
+ * too, before: it counts as the newest changer from now on.
+ */
+void
+FenceCacheAtSubAbort(SubTransactionId mySubid, SubTransactionId parentSubid)
+{
+	if (FenceCacheChangeSubid != InvalidSubTransactionId &&
+		FenceCacheChangeSubid >= mySubid)
+	{
+		FenceCacheReset();
+		FenceCacheChangeSubid = parentSubid;
+	}
 }
 
 static FenceEntry *
@@ -137,12 +177,15 @@ FenceCacheLookup(const LeaseName *name, int64 token)
 	return NULL;
 }
 
-static FenceEntry *
+static void
 FenceCacheStore(const LeaseName *name, int64 token, bool result)
 {
 	FenceKey	key;
 	FenceEntry *entry;
 	bool		found;
+
+	if (!result && FenceCacheFalseEntries >= FENCE_CACHE_MAX_FALSE)
+		return;
 
 	if (FenceCache == NULL)
 	{
@@ -156,6 +199,7 @@ FenceCacheStore(const LeaseName *name, int64 token, bool result)
 		ctl.hcxt = FenceCacheContext;
 		FenceCache = hash_create("dlock fence cache", 16, &ctl,
 								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		FenceCacheGeneration = LeaseStoreGeneration();
 	}
 
 	key.name_hash = name->hash;
@@ -163,26 +207,48 @@ FenceCacheStore(const LeaseName *name, int64 token, bool result)
 	entry = hash_search(FenceCache, &key, HASH_ENTER, &found);
 	/* On a 64-bit hash collision the newer name takes the slot */
 	if (found)
+	{
+		if (!entry->result)
+			FenceCacheFalseEntries--;
 		pfree(entry->name);
+	}
+	if (!result)
+		FenceCacheFalseEntries++;
 	entry->result = result;
 	entry->name_len = name->len;
 	entry->name = MemoryContextAlloc(FenceCacheContext, name->len);
 	memcpy(entry->name, name->data, name->len);
-	return entry;
 }
 
 /*
  * FenceCheck - decide, without the cache, whether token is name's live grant
  */
+static void
+FenceErrorContext(void *arg)
+{
+	const LeaseName *name = (const LeaseName *) arg;
+
+	errcontext("checking the fence of lease \"%.*s\"", name->len, name->data);
+}
+
 static bool
 FenceCheck(const LeaseName *name, int64 token)
 {
 	LeaseStore	store;
 	LeaseRow	row;
 	bool		result;
+	ErrorContextCallback fencecontext;
 
-	/* Waits for a grant of this name that is being committed right now */
+	/*
+	 * Waits for a grant of this name that is being committed right now; an
+	 * error in that wait (a deadlock, lock_timeout) names the lease
+	 */
+	fencecontext.callback = FenceErrorContext;
+	fencecontext.arg = (void *) name;
+	fencecontext.previous = error_context_stack;
+	error_context_stack = &fencecontext;
 	NameLockAcquireForTransaction(name, DLOCK_FENCE_LOCKMODE);
+	error_context_stack = fencecontext.previous;
 
 	LeaseStoreOpen(&store, AccessShareLock);
 	LeaseStoreFetch(&store, name, &row);
@@ -203,28 +269,46 @@ dlock_fence(PG_FUNCTION_ARGS)
 	LeaseName	name;
 	int64		token;
 	FenceEntry *entry;
+	bool		result;
+
+	/* Answers about relations that have since been replaced do not count */
+	if (FenceCache != NULL && FenceCacheGeneration != LeaseStoreGeneration())
+		FenceCacheReset();
 
 	/*
 	 * The per-row fast path: the same arguments as the previous call, checked
 	 * before anything else (even hashing the name) is done.  A repeated
 	 * answer needs no argument checks: they passed the first time.
 	 */
-	if (LastFence != NULL && !PG_ARGISNULL(0) && !PG_ARGISNULL(1))
+	if (LastFence.valid && !PG_ARGISNULL(0) && !PG_ARGISNULL(1))
 	{
 		text	   *t = PG_GETARG_TEXT_PP(0);
 
-		if (LastFence->key.token == PG_GETARG_INT64(1) &&
-			LastFence->name_len == (int) VARSIZE_ANY_EXHDR(t) &&
-			memcmp(LastFence->name, VARDATA_ANY(t), LastFence->name_len) == 0)
-			PG_RETURN_BOOL(LastFence->result);
+		if (LastFence.token == PG_GETARG_INT64(1) &&
+			LastFence.name_len == (int) VARSIZE_ANY_EXHDR(t) &&
+			memcmp(LastFence.name, VARDATA_ANY(t), LastFence.name_len) == 0)
+			PG_RETURN_BOOL(LastFence.result);
 	}
 
 	ArgGetName(fcinfo, 0, &name);
 	token = ArgGetToken(fcinfo, 1);
 
 	entry = FenceCacheLookup(&name, token);
-	if (entry == NULL)
-		entry = FenceCacheStore(&name, token, FenceCheck(&name, token));
-	LastFence = entry;
-	PG_RETURN_BOOL(entry->result);
+	if (entry != NULL)
+		result = entry->result;
+	else
+	{
+		result = FenceCheck(&name, token);
+		/* FenceCheck may have taken invalidations: check the store again */
+		if (FenceCache != NULL && FenceCacheGeneration != LeaseStoreGeneration())
+			FenceCacheReset();
+		FenceCacheStore(&name, token, result);
+	}
+
+	LastFence.valid = true;
+	LastFence.result = result;
+	LastFence.token = token;
+	LastFence.name_len = name.len;
+	memcpy(LastFence.name, name.data, name.len);
+	PG_RETURN_BOOL(result);
 }

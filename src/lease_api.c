@@ -59,9 +59,6 @@ PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_force_release);
 
-/* A head waiting for a session-bound holder looks again at least this often */
-#define SESSION_WAIT_SLICE_US	(100 * 1000)
-
 /* What one attempt to grant found */
 typedef enum GrantOutcome
 {
@@ -172,7 +169,7 @@ static void
 WriteChange(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 {
 	LeaseStoreWrite(store, name, row);
-	FenceCacheReset();
+	FenceCacheLeaseChanged();
 }
 
 /*
@@ -269,7 +266,7 @@ SettleUnlessFree(LeaseStore *store, const GrantRequest *req, LOCKMODE held,
 
 	LeaseStoreFetch(store, &req->name, row);
 	now = GetCurrentTimestamp();
-	status = LeaseStatusAt(row, now, &until);
+	status = LeaseStatusNow(row, now, &until);
 
 	if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
 	{
@@ -402,28 +399,6 @@ AcquireLimit(int64 timeout_us)
 }
 
 /*
- * WaitForSessionHolder - sleep in the lock manager on a session-bound
- * holder's lock, so that its backend's exit wakes us at once
- *
- * The sleep is cut into slices, so that a release or force_release by
- * another backend, which leaves the holder's lock in place, is noticed too.
- */
-static void
-WaitForSessionHolder(int64 token, TimestampTz until, WaitLimit limit)
-{
-	LOCKTAG		tag;
-	WaitLimit	slice = {true, 0};
-
-	slice.deadline = Min(until, ExpiryAfter(GetCurrentTimestamp(), SESSION_WAIT_SLICE_US));
-	slice.deadline = Min(slice.deadline, limit.deadline);
-
-	DlockLockTag(&tag, DLOCK_SPACE_SESSION, (uint64) token);
-	if (LockAcquireWithin(&tag, ShareLock, slice))
-		LockRelease(&tag, ShareLock, false);
-	CHECK_FOR_INTERRUPTS();
-}
-
-/*
  * AcquireTimedOut - raise 55P03 for a wait that ran out of time
  */
 static void
@@ -454,6 +429,18 @@ AcquireTimedOut(const LeaseName *name, GrantOutcome outcome)
 }
 
 /*
+ * AcquireErrorContext - error context of dlock.acquire()'s waits: the lock
+ * manager's own messages name only the lock tag
+ */
+static void
+AcquireErrorContext(void *arg)
+{
+	const LeaseName *name = (const LeaseName *) arg;
+
+	errcontext("waiting for lease \"%.*s\"", name->len, name->data);
+}
+
+/*
  * dlock_acquire - SQL function
  *	  dlock.acquire(name, ttl, owner, timeout, lock_delay, session_bound)
  *
@@ -470,13 +457,38 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	GrantWait	wait;
 	WaitLimit	limit;
 	GrantOutcome outcome;
+	ErrorContextCallback waitcontext;
 
 	GetGrantRequest(fcinfo, &req, 4, 5);
 	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
 	CheckLeasesWritable("dlock.acquire");
 
-	if (!QueueJoin(&req.name, limit))
-		AcquireTimedOut(&req.name, GRANT_QUEUED);
+	/* Errors raised while waiting (deadlock, lock_timeout) name the lease */
+	waitcontext.callback = AcquireErrorContext;
+	waitcontext.arg = &req.name;
+	waitcontext.previous = error_context_stack;
+	error_context_stack = &waitcontext;
+
+	if (!QueueJoin(&req.name, NoWait))
+	{
+		/*
+		 * Others wait for the name.  The same owner asking again for its own
+		 * live lease is answered at once, with the same token and a new
+		 * expiry, as try_acquire would: it must not queue behind the
+		 * waiters for a lease it holds.
+		 */
+		outcome = AttemptGrant(&req, limit, true, &row, &wait);
+		if (outcome == GRANT_DONE)
+		{
+			error_context_stack = waitcontext.previous;
+			PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
+		}
+		if (outcome == GRANT_BUSY || !QueueJoin(&req.name, limit))
+		{
+			error_context_stack = waitcontext.previous;
+			AcquireTimedOut(&req.name, GRANT_QUEUED);
+		}
+	}
 
 	for (;;)
 	{
@@ -487,6 +499,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 		if (outcome == GRANT_DONE)
 		{
 			QueueLeave(&req.name);
+			error_context_stack = waitcontext.previous;
 			PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 		}
 		if (!limit.wait || outcome == GRANT_BUSY ||
@@ -494,11 +507,12 @@ dlock_acquire(PG_FUNCTION_ARGS)
 			break;
 
 		if (outcome == GRANT_HELD && wait.session_token != 0)
-			WaitForSessionHolder(wait.session_token, wait.until, limit);
+			SessionLeaseWaitForHolder(wait.session_token, wait.until, limit);
 		else
 			SleepUntil(wait.until, limit);
 	}
 
+	error_context_stack = waitcontext.previous;
 	AcquireTimedOut(&req.name, outcome);
 	PG_RETURN_NULL();			/* keep compiler quiet */
 }

@@ -30,14 +30,28 @@
 #include "dlock.h"
 
 /*
- * LeaseStatusAt - classify a row at time now
+ * LeaseHolderAlive - whether the holder of a row's lease is still there: for
+ * a session-bound lease, whether its backend runs (a momentary lock probe,
+ * so call this with the name's lock held); always true for the others
+ */
+bool
+LeaseHolderAlive(const LeaseRow *row)
+{
+	if (!row->found || !row->session_bound || row->ended)
+		return true;
+	return SessionLeaseAlive(row->token);
+}
+
+/*
+ * LeaseStatusAt - classify a row at time now, given whether its holder is
+ * alive (LeaseHolderAlive); changes nothing
  *
  * For LEASE_LIVE, *until is the expiry; for LEASE_DELAYED, the moment the
- * name becomes grantable.  Probing a session-bound lease's holder takes (and
- * gives back at once) a lock, so call this with the name's lock held.
+ * name becomes grantable.
  */
 LeaseStatus
-LeaseStatusAt(const LeaseRow *row, TimestampTz now, TimestampTz *until)
+LeaseStatusAt(const LeaseRow *row, TimestampTz now, bool holder_alive,
+			  TimestampTz *until)
 {
 	TimestampTz ended;
 	TimestampTz grantable;
@@ -53,7 +67,7 @@ LeaseStatusAt(const LeaseRow *row, TimestampTz now, TimestampTz *until)
 	}
 	else
 	{
-		if (row->session_bound && !SessionLeaseAlive(row->token))
+		if (row->session_bound && !holder_alive)
 			return LEASE_FREE;
 		if (row->expires_at > now)
 		{

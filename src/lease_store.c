@@ -96,6 +96,9 @@ static Oid	lease_table_oid = InvalidOid;
 static Oid	lease_index_oid = InvalidOid;
 static Oid	token_seq_oid = InvalidOid;
 
+/* Counts the invalidations above: answers derived from the store expire */
+static uint64 lease_store_generation = 0;
+
 static void
 ForgetDlockRelations(Datum arg pg_attribute_unused(), Oid relid)
 {
@@ -105,7 +108,19 @@ ForgetDlockRelations(Datum arg pg_attribute_unused(), Oid relid)
 		lease_table_oid = InvalidOid;
 		lease_index_oid = InvalidOid;
 		token_seq_oid = InvalidOid;
+		lease_store_generation++;
 	}
+}
+
+/*
+ * LeaseStoreGeneration - changes whenever dlock's relations may have been
+ * replaced (DROP and CREATE EXTENSION, even within one transaction), so
+ * that per-transaction caches of lease answers know to start over
+ */
+uint64
+LeaseStoreGeneration(void)
+{
+	return lease_store_generation;
 }
 
 /*

@@ -14,15 +14,21 @@
  * later grant of the same name never meets a stale holder's lock.
  *
  * The backend remembers its own session-bound leases here:
- *	- a grant rolled back with its transaction releases its session lock;
- *	- leases that have ended meanwhile (released, force-released, expired)
- *	  have their session lock released by SessionLeasePrune(), once their
- *	  lock-delay is over;
+ *	- a grant rolled back with its transaction, or with the subtransaction
+ *	  that made it, releases its session lock;
+ *	- a release gives the lock back when its transaction commits, not when
+ *	  the subtransaction that made it rolls back;
+ *	- a session-bound grant cannot be prepared (two-phase commit): the lease
+ *	  would follow this backend while its fate is decided elsewhere;
+ *	- leases that have ended meanwhile (released, force-released, expired,
+ *	  also by a prepared transaction committed elsewhere) have their session
+ *	  lock released by SessionLeasePrune(), once their lock-delay is over;
  *	- at backend exit the locks are released first and the waiters of those
  *	  names are woken, so none sleeps until the ttl.
  *
  * pg_advisory_unlock_all() and DISCARD ALL release session-level advisory
  * locks, dlock's included: they end this backend's session-bound leases.
+ * The entries stay until SessionLeasePrune() or exit notices the lock gone.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -36,6 +42,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lock.h"
 #include "utils/hsearch.h"
@@ -45,10 +52,15 @@
 #include "dlock.h"
 #include "dlock_compat.h"
 
+/* A waiter for a session-bound holder looks again at least this often */
+#define SESSION_WAIT_SLICE_US	(100 * 1000)
+
 typedef struct SessionLease
 {
 	int64		token;			/* hash key */
+	bool		locked;			/* this backend took the session lock */
 	bool		committed;		/* false while its grant may still roll back */
+	SubTransactionId subid;		/* subtransaction of the grant, until then */
 	int			name_len;
 	char		name[DLOCK_MAX_NAME_BYTES];
 } SessionLease;
@@ -56,14 +68,25 @@ typedef struct SessionLease
 static HTAB *SessionLeases = NULL;
 static bool ExitCallbackRegistered = false;
 
+/*
+ * Leases whose session locks this transaction gives back once it commits
+ * (it released them), each tagged with the subtransaction that did it
+ */
+typedef struct PendingForget
+{
+	int64		token;
+	SubTransactionId subid;
+} PendingForget;
+
+static List *PendingForgets = NIL;	/* in TopTransactionContext */
+
 static void
 SessionLockTag(LOCKTAG *tag, int64 token)
 {
 	DlockLockTag(tag, DLOCK_SPACE_SESSION, (uint64) token);
 }
 
-static void
-SessionLeaseExit(int code, Datum arg);
+static void SessionLeaseExit(int code, Datum arg);
 
 static HTAB *
 SessionLeaseTable(void)
@@ -86,8 +109,39 @@ SessionLeaseTable(void)
 	return SessionLeases;
 }
 
+static SessionLease *
+SessionLeaseFind(int64 token)
+{
+	if (SessionLeases == NULL)
+		return NULL;
+	return hash_search(SessionLeases, &token, HASH_FIND, NULL);
+}
+
+/*
+ * SessionLockHeld - whether this backend still holds the entry's session
+ * lock: DISCARD ALL and pg_advisory_unlock_all() release it behind dlock's
+ * back, which ends the lease
+ */
+static bool
+SessionLockHeld(const SessionLease *entry)
+{
+	LOCKTAG		tag;
+
+	if (!entry->locked)
+		return false;
+	SessionLockTag(&tag, entry->token);
+	return dlock_lock_held_by_me(&tag, ExclusiveLock);
+}
+
 /*
  * SessionLeaseTake - bind a lease being granted to this backend
+ *
+ * The entry is complete before the lock is taken, and marked locked only
+ * once it is, so a failure in between (a full lock table) leaves an entry
+ * that the abort of the grant's (sub)transaction removes, without a lock to
+ * give back.  Others may hold the lock briefly in ShareLock, to probe the
+ * holder of a token (SessionLeaseAlive): the grant waits for them rather
+ * than fail, since a probe never waits while it holds the lock.
  */
 void
 SessionLeaseTake(const LeaseName *name, int64 token)
@@ -99,32 +153,34 @@ SessionLeaseTake(const LeaseName *name, int64 token)
 	entry = hash_search(SessionLeaseTable(), &token, HASH_ENTER, &found);
 	if (found)
 		return;
-	SessionLockTag(&tag, token);
-	/* The token is new, so nobody else can hold this lock */
-	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
-	{
-		hash_search(SessionLeases, &token, HASH_REMOVE, NULL);
-		elog(ERROR, "session lock of token " INT64_FORMAT " is already held",
-			 token);
-	}
+	entry->locked = false;
 	entry->committed = false;
+	entry->subid = GetCurrentSubTransactionId();
 	entry->name_len = name->len;
 	memcpy(entry->name, name->data, name->len);
+
+	SessionLockTag(&tag, token);
+	(void) LockAcquire(&tag, ExclusiveLock, true, false);
+	entry->locked = true;
 }
 
+/*
+ * SessionLeaseForget - give back an entry's session lock (if this backend
+ * still holds it) and remove the entry
+ */
 static void
-SessionLeaseDrop(SessionLease *entry)
+SessionLeaseForget(SessionLease *entry)
 {
 	LOCKTAG		tag;
 	int64		token = entry->token;
 
-	SessionLockTag(&tag, token);
-	LockRelease(&tag, ExclusiveLock, true);
+	if (SessionLockHeld(entry))
+	{
+		SessionLockTag(&tag, token);
+		LockRelease(&tag, ExclusiveLock, true);
+	}
 	hash_search(SessionLeases, &token, HASH_REMOVE, NULL);
 }
-
-/* Tokens whose session locks this transaction gives back once it commits */
-static List *PendingForgets = NIL;	/* in TopTransactionContext */
 
 /*
  * SessionLeaseForgetAtCommit - once this transaction commits, this backend
@@ -134,14 +190,14 @@ void
 SessionLeaseForgetAtCommit(int64 token)
 {
 	MemoryContext old;
-	int64	   *item;
+	PendingForget *item;
 
-	if (SessionLeases == NULL ||
-		hash_search(SessionLeases, &token, HASH_FIND, NULL) == NULL)
+	if (SessionLeaseFind(token) == NULL)
 		return;
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	item = palloc(sizeof(int64));
-	*item = token;
+	item = palloc(sizeof(PendingForget));
+	item->token = token;
+	item->subid = GetCurrentSubTransactionId();
 	PendingForgets = lappend(PendingForgets, item);
 	MemoryContextSwitchTo(old);
 }
@@ -149,29 +205,23 @@ SessionLeaseForgetAtCommit(int64 token)
 /*
  * SessionLeaseAlive - whether the backend bound to a lease still runs
  *
- * On a standby the primary's locks are not visible; the answer there is
- * "alive", and the ttl alone bounds the lease.
+ * Changes nothing but a momentary probe lock, so it may be called anywhere,
+ * also while the table of this backend's leases is being scanned.  On a
+ * standby the primary's locks are not visible; the answer there is "alive",
+ * and the ttl alone bounds the lease.
  */
 bool
 SessionLeaseAlive(int64 token)
 {
 	LOCKTAG		tag;
-	SessionLease *entry = NULL;
+	SessionLease *entry = SessionLeaseFind(token);
 
-	SessionLockTag(&tag, token);
-	if (SessionLeases != NULL)
-		entry = hash_search(SessionLeases, &token, HASH_FIND, NULL);
 	if (entry != NULL)
-	{
-		/* Ours, unless DISCARD ALL or pg_advisory_unlock_all() dropped it */
-		if (dlock_lock_held_by_me(&tag, ExclusiveLock))
-			return true;
-		hash_search(SessionLeases, &token, HASH_REMOVE, NULL);
-		return false;
-	}
+		return SessionLockHeld(entry);
 	if (RecoveryInProgress())
 		return true;
 
+	SessionLockTag(&tag, token);
 	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return true;
 	LockRelease(&tag, ShareLock, false);
@@ -179,10 +229,45 @@ SessionLeaseAlive(int64 token)
 }
 
 /*
+ * SessionLeaseWaitForHolder - wait (one slice, within limit and until) for
+ * the session-bound holder of token to go
+ *
+ * Another backend's holder is waited for in the lock manager, on its session
+ * lock, so that its exit wakes us at once; the wait is cut into slices, so
+ * that a release or force_release, which leaves that lock in place, is
+ * noticed too.  A lease held by this very backend has no other backend to
+ * wait for (and the lock manager would grant our own lock at once): sleep on
+ * the latch until the lease's expiry, as for any other holder.
+ */
+void
+SessionLeaseWaitForHolder(int64 token, TimestampTz until, WaitLimit limit)
+{
+	LOCKTAG		tag;
+	WaitLimit	slice = {true, 0};
+	TimestampTz slice_end;
+
+	if (SessionLeaseFind(token) != NULL)
+	{
+		SleepUntil(until, limit);
+		return;
+	}
+
+	slice_end = GetCurrentTimestamp() + SESSION_WAIT_SLICE_US;
+	slice.deadline = Min(until, slice_end);
+	slice.deadline = Min(slice.deadline, limit.deadline);
+
+	SessionLockTag(&tag, token);
+	if (LockAcquireWithin(&tag, ShareLock, slice))
+		LockRelease(&tag, ShareLock, false);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
  * SessionLeasePrune - release the session locks of leases that have ended
  *
  * Runs before each new session-bound grant, so a long-lived connection that
- * lets its session-bound leases expire does not collect locks.
+ * lets its session-bound leases expire does not collect locks.  Entries
+ * whose lock DISCARD ALL took away are removed without a release.
  */
 void
 SessionLeasePrune(void)
@@ -191,7 +276,6 @@ SessionLeasePrune(void)
 	SessionLease *entry;
 	LeaseStore	store;
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz until;
 	List	   *ended = NIL;
 	ListCell   *lc;
 
@@ -204,9 +288,12 @@ SessionLeasePrune(void)
 	{
 		LeaseName	name;
 		LeaseRow	row;
+		TimestampTz until;
+		bool		held;
 
 		if (!entry->committed)
 			continue;
+		held = SessionLockHeld(entry);
 		LeaseNameInit(&name, entry->name, entry->name_len);
 		LeaseStoreFetch(&store, &name, &row);
 
@@ -215,14 +302,15 @@ SessionLeasePrune(void)
 		 * the lease counts as ended by expiry (or force_release), not as
 		 * ended by its backend's exit, and the delay applies.
 		 */
-		if (!row.found || row.token != entry->token ||
-			LeaseStatusAt(&row, now, &until) == LEASE_FREE)
+		if (!held || !row.found || row.token != entry->token ||
+			LeaseStatusAt(&row, now, held, &until) == LEASE_FREE)
 			ended = lappend(ended, entry);
 	}
 	LeaseStoreClose(&store);
 
+	/* Removing entries other than the current one is not safe in a scan */
 	foreach(lc, ended)
-		SessionLeaseDrop((SessionLease *) lfirst(lc));
+		SessionLeaseForget((SessionLease *) lfirst(lc));
 	list_free(ended);
 }
 
@@ -244,6 +332,8 @@ SessionLeaseExit(int code pg_attribute_unused(), Datum arg pg_attribute_unused()
 		LOCKTAG		tag;
 		LeaseName	name;
 
+		if (!SessionLockHeld(entry))
+			continue;
 		SessionLockTag(&tag, entry->token);
 		LockRelease(&tag, ExclusiveLock, true);
 		LeaseNameInit(&name, entry->name, entry->name_len);
@@ -253,63 +343,123 @@ SessionLeaseExit(int code pg_attribute_unused(), Datum arg pg_attribute_unused()
 	SessionLeases = NULL;
 }
 
-static void
-SessionXactCallback(XactEvent event, void *arg pg_attribute_unused())
+/*
+ * SessionLeasesAtPrePrepare - refuse to prepare a session-bound grant
+ * (dispatcher, dlock.c)
+ *
+ * The lease would be bound to this backend while its grant is committed by
+ * COMMIT PREPARED, later and perhaps from another backend, or never: its
+ * liveness would follow a backend the grant no longer belongs to.
+ */
+void
+SessionLeasesAtPrePrepare(void)
 {
 	HASH_SEQ_STATUS status;
 	SessionLease *entry;
-	List	   *rolled_back = NIL;
-	ListCell   *lc;
 
 	if (SessionLeases == NULL)
-	{
-		PendingForgets = NIL;
 		return;
-	}
-
-	switch (event)
+	hash_seq_init(&status, SessionLeases);
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PREPARE:
-			hash_seq_init(&status, SessionLeases);
-			while ((entry = hash_seq_search(&status)) != NULL)
-				entry->committed = true;
-			if (event == XACT_EVENT_COMMIT)
-			{
-				foreach(lc, PendingForgets)
-				{
-					int64		token = *(int64 *) lfirst(lc);
-
-					entry = hash_search(SessionLeases, &token, HASH_FIND, NULL);
-					if (entry != NULL)
-						SessionLeaseDrop(entry);
-				}
-			}
-			PendingForgets = NIL;
-			break;
-		case XACT_EVENT_ABORT:
-			hash_seq_init(&status, SessionLeases);
-			while ((entry = hash_seq_search(&status)) != NULL)
-				if (!entry->committed)
-					rolled_back = lappend(rolled_back, entry);
-			foreach(lc, rolled_back)
-				SessionLeaseDrop((SessionLease *) lfirst(lc));
-			list_free(rolled_back);
-			PendingForgets = NIL;
-			break;
-		default:
-			break;
+		if (entry->committed)
+			continue;
+		hash_seq_term(&status);
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that granted a session-bound lease"),
+				 errdetail("Lease \"%.*s\" is bound to this session, but a prepared transaction is committed independently of it.",
+						   entry->name_len, entry->name),
+				 errhint("Grant session-bound leases outside of two-phase transactions.")));
 	}
 }
 
 /*
- * SessionXactCallbackInit - register the end-of-transaction handling (once,
- * from _PG_init)
+ * SessionLeasesAtEOXact - the transaction ended (dispatcher, dlock.c)
+ *
+ * COMMIT: its grants are now committed, and the session locks of leases it
+ * released are given back.  ABORT: its grants are undone; so are their
+ * locks.  PREPARE (which refused session-bound grants): the releases are
+ * committed by someone else, if ever; SessionLeasePrune() gives their locks
+ * back once it sees them ended.
  */
 void
-SessionXactCallbackInit(void)
+SessionLeasesAtEOXact(XactEvent event)
 {
-	RegisterXactCallback(SessionXactCallback, NULL);
+	HASH_SEQ_STATUS status;
+	SessionLease *entry;
+	List	   *forget = NIL;
+	ListCell   *lc;
+
+	if (SessionLeases != NULL)
+	{
+		hash_seq_init(&status, SessionLeases);
+		while ((entry = hash_seq_search(&status)) != NULL)
+		{
+			if (entry->committed)
+				continue;
+			if (event == XACT_EVENT_COMMIT)
+				entry->committed = true;
+			else
+				forget = lappend(forget, entry);
+		}
+		if (event == XACT_EVENT_COMMIT)
+		{
+			foreach(lc, PendingForgets)
+			{
+				PendingForget *item = lfirst(lc);
+
+				entry = SessionLeaseFind(item->token);
+				if (entry != NULL && !list_member_ptr(forget, entry))
+					forget = lappend(forget, entry);
+			}
+		}
+		foreach(lc, forget)
+			SessionLeaseForget((SessionLease *) lfirst(lc));
+		list_free(forget);
+	}
+	PendingForgets = NIL;
+}
+
+/*
+ * SessionLeasesAtSubAbort - a subtransaction rolled back (dispatcher,
+ * dlock.c): drop the grants and releases it (or its children) made
+ */
+void
+SessionLeasesAtSubAbort(SubTransactionId mySubid)
+{
+	HASH_SEQ_STATUS status;
+	SessionLease *entry;
+	List	   *forget = NIL;
+	List	   *kept = NIL;
+	ListCell   *lc;
+
+	if (SessionLeases == NULL)
+		return;
+
+	if (PendingForgets != NIL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+
+		foreach(lc, PendingForgets)
+		{
+			PendingForget *item = lfirst(lc);
+
+			if (item->subid < mySubid)
+				kept = lappend(kept, item);
+		}
+		list_free(PendingForgets);
+		PendingForgets = kept;
+		MemoryContextSwitchTo(old);
+	}
+
+	hash_seq_init(&status, SessionLeases);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!entry->committed && entry->subid >= mySubid)
+			forget = lappend(forget, entry);
+	foreach(lc, forget)
+		SessionLeaseForget((SessionLease *) lfirst(lc));
+	list_free(forget);
 }
 
 PG_FUNCTION_INFO_V1(dlock_holder_alive);

@@ -21,8 +21,12 @@
  * works without shared_preload_libraries.
  *
  * A head that is waiting for a session-bound holder instead sleeps on that
- * holder's session lock (see session.c), so the exit of the holder's
- * backend wakes it at once.
+ * holder's session lock (session.c, SessionLeaseWaitForHolder), so the exit
+ * of the holder's backend wakes it at once.
+ *
+ * A release that is committed through two-phase commit wakes the head at
+ * PREPARE: the head then waits in the lock manager for the prepared
+ * transaction's lock on the name (QueueWakesAtEOXact).
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -51,6 +55,7 @@
 /* Names whose queue heads this transaction wakes once it commits */
 typedef struct PendingWake
 {
+	SubTransactionId subid;		/* subtransaction that ended the lease */
 	int			len;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PendingWake;
@@ -146,50 +151,66 @@ WakeQueueHeadAtCommit(const LeaseName *name)
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	wake = palloc(offsetof(PendingWake, data) + name->len);
 
+	wake->subid = GetCurrentSubTransactionId();
 	wake->len = name->len;
 	memcpy(wake->data, name->data, name->len);
 	PendingWakes = lappend(PendingWakes, wake);
 	MemoryContextSwitchTo(old);
 }
 
-static void
-WaitingXactCallback(XactEvent event, void *arg pg_attribute_unused())
+/*
+ * QueueWakesAtEOXact - the transaction ended (dispatcher, dlock.c)
+ *
+ * COMMIT: the change is visible to others by now (the locks are not yet
+ * released), so the head finds the name free.  PREPARE: it is not visible
+ * yet, and COMMIT PREPARED may run in a backend that has not even loaded
+ * dlock; but the prepared transaction keeps its lock on the name, so the
+ * head, once woken, waits for that lock in the lock manager, which wakes it
+ * the moment the prepared transaction ends, wherever it is committed.
+ */
+void
+QueueWakesAtEOXact(XactEvent event)
 {
 	ListCell   *lc;
 
-	switch (event)
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PREPARE)
 	{
-		case XACT_EVENT_COMMIT:
-			/* The commit is visible to others by now; locks not yet released */
-			foreach(lc, PendingWakes)
-			{
-				PendingWake *wake = lfirst(lc);
-				LeaseName	name;
+		foreach(lc, PendingWakes)
+		{
+			PendingWake *wake = lfirst(lc);
+			LeaseName	name;
 
-				LeaseNameInit(&name, wake->data, wake->len);
-				WakeQueueHead(&name);
-			}
-			PendingWakes = NIL;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			PendingWakes = NIL;
-			break;
-		default:
-			break;
+			LeaseNameInit(&name, wake->data, wake->len);
+			WakeQueueHead(&name);
+		}
 	}
+	PendingWakes = NIL;
 }
 
 /*
- * WaitingXactCallbackInit - register the commit-time wake-ups (once, from
- * _PG_init)
+ * QueueWakesAtSubAbort - a subtransaction rolled back (dispatcher, dlock.c):
+ * the leases it ended are live again, so nobody is to be woken for them
  */
 void
-WaitingXactCallbackInit(void)
+QueueWakesAtSubAbort(SubTransactionId mySubid)
 {
-	RegisterXactCallback(WaitingXactCallback, NULL);
+	List	   *kept = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (PendingWakes == NIL)
+		return;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	foreach(lc, PendingWakes)
+	{
+		PendingWake *wake = lfirst(lc);
+
+		if (wake->subid < mySubid)
+			kept = lappend(kept, wake);
+	}
+	list_free(PendingWakes);
+	PendingWakes = kept;
+	MemoryContextSwitchTo(old);
 }
 
 /*
