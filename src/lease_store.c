@@ -44,9 +44,13 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
 #include "catalog/index.h"
-#include "catalog/namespace.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_index.h"
+#include "commands/extension.h"
 #include "commands/sequence.h"
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
@@ -57,11 +61,13 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "dlock.h"
 #include "dlock_compat.h"
 
+#define DLOCK_EXTENSION		"dlock"
 #define DLOCK_SCHEMA		"dlock"
 #define LEASE_TABLE			"lease_state"
 #define LEASE_INDEX			"lease_state_pkey"
@@ -89,7 +95,9 @@
 #define PRUNE_BELOW_FREE_SPACE	(BLCKSZ / 8)
 
 /*
- * OIDs of dlock's relations, looked up once per backend.  A relcache
+ * OIDs of dlock's relations, looked up (and checked to belong to extension
+ * dlock) once per backend, which keeps the catalog lookups off the path of
+ * every call.  A relcache
  * invalidation of any of them (DROP EXTENSION, a rename) forgets them all.
  */
 static Oid	lease_table_oid = InvalidOid;
@@ -134,36 +142,101 @@ LeaseStoreCacheInit(void)
 }
 
 /*
- * LookupDlockRelation - OID of one of dlock's relations, by schema and name
+ * ExtensionSchema - the schema of an installed extension
  *
- * No search_path is involved: the schema is fixed, and only the extension's
- * owner can create objects in it.
+ * (get_extension_schema() is not exported before PostgreSQL 16.)
  */
 static Oid
-LookupDlockRelation(const char *relname)
+ExtensionSchema(Oid extoid)
 {
-	Oid			nspid = get_namespace_oid(DLOCK_SCHEMA, true);
-	Oid			relid = InvalidOid;
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			nspid = InvalidOid;
 
-	if (OidIsValid(nspid))
-		relid = get_relname_relid(relname, nspid);
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return nspid;
+}
+
+/*
+ * LookupDlockRelation - OID of one of dlock's relations
+ *
+ * The relation is the one of that name in the extension's schema, and it
+ * must belong to the extension: a table (or sequence) that is a member of
+ * extension dlock, or for the index, the primary key of the member table.
+ * A relation of the same name that CREATE EXTENSION did not make (a
+ * look-alike put in place of the real one) is refused rather than used, as
+ * dlock's functions read and write it without privilege checks.  No
+ * search_path is involved.
+ */
+static Oid
+LookupDlockRelation(const char *relname, Oid owning_table)
+{
+	Oid			extoid = get_extension_oid(DLOCK_EXTENSION, true);
+	Oid			nspid = InvalidOid;
+	Oid			relid = InvalidOid;
+	bool		belongs;
+
+	if (OidIsValid(extoid))
+		nspid = ExtensionSchema(extoid);
+	if (!OidIsValid(nspid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"%s\" does not exist", DLOCK_EXTENSION),
+				 errhint("Run CREATE EXTENSION dlock in this database.")));
+
+	relid = get_relname_relid(relname, nspid);
 	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("relation \"%s.%s\" of extension dlock does not exist",
-						DLOCK_SCHEMA, relname),
+						get_namespace_name(nspid), relname),
 				 errhint("Run CREATE EXTENSION dlock in this database.")));
+
+	if (OidIsValid(owning_table))
+	{
+		HeapTuple	indextup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(relid));
+
+		belongs = false;
+		if (HeapTupleIsValid(indextup))
+		{
+			Form_pg_index index = (Form_pg_index) GETSTRUCT(indextup);
+
+			belongs = index->indrelid == owning_table && index->indisprimary;
+			ReleaseSysCache(indextup);
+		}
+	}
+	else
+		belongs = getExtensionOfObject(RelationRelationId, relid) == extoid;
+
+	if (!belongs)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("relation \"%s.%s\" is not a member of extension dlock",
+						get_namespace_name(nspid), relname),
+				 errdetail("dlock uses only the relations that its extension script created."),
+				 errhint("Drop or rename the relation that took the place of dlock's own, or drop and re-create extension dlock.")));
 	return relid;
 }
 
 /*
- * CachedDlockRelation - *cached, or looked up and remembered
+ * CachedDlockRelation - *cached, or looked up and remembered; owning_table
+ * is the table of an index, InvalidOid for a member relation
  */
 static Oid
-CachedDlockRelation(Oid *cached, const char *relname)
+CachedDlockRelation(Oid *cached, const char *relname, Oid owning_table)
 {
 	if (!OidIsValid(*cached))
-		*cached = LookupDlockRelation(relname);
+		*cached = LookupDlockRelation(relname, owning_table);
 	return *cached;
 }
 
@@ -178,13 +251,15 @@ void
 LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode)
 {
 	store->lockmode = lockmode;
-	store->heap = table_open(CachedDlockRelation(&lease_table_oid, LEASE_TABLE),
+	store->heap = table_open(CachedDlockRelation(&lease_table_oid, LEASE_TABLE,
+												 InvalidOid),
 							 lockmode);
 	if (store->heap->rd_rel->relkind != RELKIND_RELATION ||
 		RelationGetDescr(store->heap)->natts != Natts_lease)
 		elog(ERROR, "relation \"%s.%s\" does not have the expected shape",
 			 DLOCK_SCHEMA, LEASE_TABLE);
-	store->index = index_open(CachedDlockRelation(&lease_index_oid, LEASE_INDEX),
+	store->index = index_open(CachedDlockRelation(&lease_index_oid, LEASE_INDEX,
+												  RelationGetRelid(store->heap)),
 							  lockmode);
 }
 
@@ -392,5 +467,7 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 int64
 LeaseStoreNextToken(void)
 {
-	return nextval_internal(CachedDlockRelation(&token_seq_oid, TOKEN_SEQUENCE), false);
+	return nextval_internal(CachedDlockRelation(&token_seq_oid, TOKEN_SEQUENCE,
+												InvalidOid),
+							false);
 }
