@@ -10,7 +10,9 @@
  * drift allowance (1 % of the ttl + 2 ms, as Redlock clients compute it) - a
  * safety margin (a tenth of the ttl, at most 1 s).  Measuring from the moment
  * the request was *sent* errs on the safe side: the server's clock started
- * the ttl later than that.
+ * the ttl later than that.  A --ttl so short that this leaves the lease no
+ * validity past the first renew at ttl/3 is refused as a usage error: the
+ * child would count as lost the moment it started.
  *
  * The lease counts as lost when a renew says it is gone, or when that
  * validity deadline passes without a successful renew (the server is slow,
@@ -199,14 +201,21 @@ query_until(PGconn *conn, const char *sql, int nparams, const char *const *param
 	return QUERY_DONE;
 }
 
+/* validity_s - how long after sending a request a lease is taken to be valid */
+static double
+validity_s(double ttl_s, double remaining_s)
+{
+	double		drift = ttl_s * 0.01 + 0.002;
+	double		margin = fmin(ttl_s / 10, 1.0);
+
+	return remaining_s - drift - margin;
+}
+
 /* set_validity - a renew or acquire sent at sent_at succeeded */
 static void
 set_validity(Lease *lease, double sent_at, double remaining_s)
 {
-	double		drift = lease->ttl_s * 0.01 + 0.002;
-	double		margin = fmin(lease->ttl_s / 10, 1.0);
-
-	lease->valid_until = sent_at + remaining_s - drift - margin;
+	lease->valid_until = sent_at + validity_s(lease->ttl_s, remaining_s);
 	lease->next_renew = sent_at + lease->ttl_s / 3;
 	lease->retry_s = RETRY_FIRST_S;
 }
@@ -434,6 +443,17 @@ run_command(const RunOptions *opts)
 	if (opts->lock_delay != NULL)
 		(void) check_duration(conn, "--lock-delay", opts->lock_delay, false);
 	kill_after = check_duration(conn, "--kill-after", opts->kill_after, false);
+
+	/* a lease that would be lost before its first renew is no lease */
+	if (validity_s(lease.ttl_s, lease.ttl_s) <= lease.ttl_s / 3)
+	{
+		complain("--ttl \"%s\" is too short: after the drift allowance and the safety margin "
+				 "the lease would be valid for %.1f ms, not past its first renew at ttl/3 "
+				 "(%.1f ms); give a longer ttl",
+				 opts->ttl, validity_s(lease.ttl_s, lease.ttl_s) * 1000, lease.ttl_s / 3 * 1000);
+		PQfinish(conn);
+		return EXIT_USAGE;
+	}
 
 	install_handlers();
 	acquire(conn, opts, &lease);

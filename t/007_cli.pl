@@ -10,7 +10,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $dlock = -x '/usr/local/bin/dlock' ? '/usr/local/bin/dlock' : "$ENV{TESTDIR}/cli/dlock";
+# DLOCK_CLI picks another build of the command
+my $dlock = $ENV{DLOCK_CLI}
+  // (-x '/usr/local/bin/dlock' ? '/usr/local/bin/dlock' : "$ENV{TESTDIR}/cli/dlock");
 plan skip_all => 'the dlock command is not built' unless -x $dlock;
 
 my $node = PostgreSQL::Test::Cluster->new('cli');
@@ -66,6 +68,12 @@ is($rc, 64, 'a duration PostgreSQL does not accept is a usage error');
 like($err, qr/invalid --ttl "soon"/, 'and says which option');
 ($rc) = run_dlock('run', 'x', '--ttl', '2 days', '--', 'true');
 is($rc, 64, 'a ttl the server rejects (over dlock.max_ttl) is a usage error');
+my $started = "$dir/short-ttl-started";
+($rc, $out, $err) = run_dlock('run', 'short', '--ttl', '3ms', '--', 'touch', $started);
+is($rc, 64, 'a ttl that leaves no validity past the first renew is a usage error');
+like($err, qr/--ttl "3ms" is too short/, 'and says so');
+ok(!-e $started, 'the command was not started');
+is(state_of('short'), 'none', 'nor the lease taken');
 ($rc, $out) = run_dlock('--help');
 is($rc, 0, '--help exits 0');
 like($out, qr/Exit codes:/, '--help documents the exit codes');
