@@ -4,7 +4,8 @@ EXTENSION  = dlock
 MODULE_big = dlock
 OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
              src/lease_status.o src/session.o src/waiting.o \
-             src/durability.o src/lease_api.o src/fence.o
+             src/durability.o src/lease_api.o src/fence.o \
+             src/holder.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
