@@ -9,7 +9,7 @@ OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
-REGRESS        = api errors transactions security waiting storage extension subtransactions
+REGRESS        = api errors transactions security waiting storage extension subtransactions holder
 REGRESS_OPTS   = --load-extension=dlock
 ISOLATION      = race fence_regrant stale_snapshot rollback \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound

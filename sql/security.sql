@@ -24,8 +24,9 @@ SELECT has_sequence_privilege('regress_dlock_bob', 'dlock.token_seq', 'USAGE') A
        has_schema_privilege('regress_dlock_bob', 'dlock', 'USAGE') AS schema_usage,
        has_schema_privilege('regress_dlock_bob', 'dlock', 'CREATE') AS schema_create;
 
--- Every function is C; all but fence pin search_path (fence resolves no names
--- and runs once per row, see dlock--1.0.sql)
+-- The lease functions are C and all but fence pin search_path (fence
+-- resolves no names and runs once per row, see dlock--1.0.sql); the input,
+-- output and comparison functions of dlock.holder resolve no names either
 SELECT p.proname, l.lanname, p.prosecdef, p.proconfig
   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
  WHERE p.pronamespace = 'dlock'::regnamespace
@@ -127,3 +128,77 @@ RESET ROLE;
 DROP SCHEMA regress_hijack CASCADE;
 DELETE FROM dlock.lease_state WHERE name LIKE 'sec:%';
 DROP ROLE regress_dlock_alice, regress_dlock_bob, regress_dlock_carol, regress_dlock_dave;
+
+--
+-- dlock reads and writes only its own relations.  A look-alike of the same
+-- name in the extension's schema is refused rather than used.
+--
+ALTER TABLE dlock.lease_state RENAME TO lease_state_real;
+ALTER INDEX dlock.lease_state_pkey RENAME TO lease_state_real_pkey;
+CREATE TABLE dlock.lease_state (LIKE dlock.lease_state_real INCLUDING ALL);
+SELECT dlock.try_acquire('sec:lookalike', '1h', 'w');
+SELECT dlock.fence('sec:lookalike', 1);
+SELECT count(*) AS lookalike_rows FROM dlock.lease_state;
+DROP TABLE dlock.lease_state;
+ALTER TABLE dlock.lease_state_real RENAME TO lease_state;
+ALTER INDEX dlock.lease_state_real_pkey RENAME TO lease_state_pkey;
+-- and a look-alike of the token counter
+SELECT last_value AS real_last_value FROM dlock.token_seq \gset
+ALTER SEQUENCE dlock.token_seq RENAME TO token_seq_real;
+CREATE SEQUENCE dlock.token_seq;
+SELECT dlock.try_acquire('sec:lookalike', '1h', 'w');
+DROP SEQUENCE dlock.token_seq;
+ALTER SEQUENCE dlock.token_seq_real RENAME TO token_seq;
+SELECT token > :real_last_value AS token_from_real_counter
+  FROM dlock.try_acquire('sec:lookalike', '1h', 'w');
+SELECT dlock.release('sec:lookalike', 'w') AS released;
+DELETE FROM dlock.lease_state WHERE name = 'sec:lookalike';
+
+--
+-- The schema: only its owner, the extension's owner, may create objects in
+-- it (a schema that CREATE EXTENSION made is owned by the role that ran it)
+--
+SELECT n.nspowner = e.extowner AS owned_by_extension_owner,
+       (SELECT count(*) FROM aclexplode(n.nspacl) a
+         WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner) AS other_creators
+  FROM pg_namespace n JOIN pg_extension e ON e.extnamespace = n.oid
+ WHERE e.extname = 'dlock';
+
+--
+-- A schema dlock that a non-superuser (here the database's owner) created
+-- before CREATE EXTENSION, with an overload of dlock.fence() that integer
+-- literals would pick: the extension refuses to install into it.
+--
+\set SHOW_CONTEXT never
+\set regress_db :DBNAME
+CREATE ROLE regress_dlock_mallory;
+CREATE DATABASE regress_dlock_precreated OWNER regress_dlock_mallory;
+\c regress_dlock_precreated
+SET ROLE regress_dlock_mallory;
+CREATE SCHEMA dlock;
+CREATE FUNCTION dlock.fence(name text, token integer) RETURNS boolean
+  LANGUAGE sql AS 'SELECT true';
+RESET ROLE;
+CREATE EXTENSION dlock;
+-- nothing was installed
+SELECT count(*) AS extensions FROM pg_extension WHERE extname = 'dlock';
+SELECT p.oid::regprocedure AS functions_in_schema
+  FROM pg_proc p WHERE p.pronamespace = 'dlock'::regnamespace;
+-- 1.0 (it has shipped) adopts the schema; the update to 1.1 refuses it
+CREATE EXTENSION dlock VERSION '1.0';
+ALTER EXTENSION dlock UPDATE;
+-- owned by a superuser, but still holding mallory's function
+ALTER SCHEMA dlock OWNER TO CURRENT_USER;
+ALTER EXTENSION dlock UPDATE;
+DROP FUNCTION dlock.fence(text, integer);
+-- others may create objects in it
+GRANT CREATE ON SCHEMA dlock TO regress_dlock_mallory;
+ALTER EXTENSION dlock UPDATE;
+REVOKE CREATE ON SCHEMA dlock FROM regress_dlock_mallory;
+-- nothing left to refuse
+ALTER EXTENSION dlock UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'dlock';
+\c :regress_db
+DROP DATABASE regress_dlock_precreated;
+DROP ROLE regress_dlock_mallory;
+\unset SHOW_CONTEXT

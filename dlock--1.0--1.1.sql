@@ -1,0 +1,314 @@
+/* dlock--1.0--1.1.sql */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION dlock UPDATE TO '1.1'" to load this file. \quit
+
+-- A fresh CREATE EXTENSION dlock runs dlock--1.0.sql and then this script,
+-- so everything below also holds for new installations.
+
+--
+-- The schema must be dlock's own.  CREATE EXTENSION installs into an
+-- existing schema named dlock instead of failing, and whoever could create
+-- objects there could put an overload such as dlock.fence(text, integer)
+-- in front of dlock's functions (a call with an integer literal would pick
+-- it, and a stalled holder's write would pass its fence).  So this script
+-- refuses a schema that is owned by a role other than the extension's owner
+-- (or a superuser), that lets other roles create objects in it, or that
+-- holds objects that are not the extension's.  A schema that CREATE
+-- EXTENSION made is owned by the role that ran it, which is the extension's
+-- owner; it is not a member of the extension (DROP EXTENSION keeps it).
+--
+-- Everything here is schema-qualified and compares values of equal types,
+-- so no operator or function of the schema being checked can take part.
+--
+DO $check$
+DECLARE
+  ext_oid        pg_catalog.oid;
+  ext_owner      pg_catalog.oid;
+  nsp_oid        pg_catalog.oid;
+  nsp_owner      pg_catalog.oid;
+  nsp_acl        pg_catalog.aclitem[];
+  owner_is_super boolean;
+  creators       text;
+  strangers      text;
+  cls_class      pg_catalog.oid := 'pg_catalog.pg_class'::pg_catalog.regclass;
+  cls_extension  pg_catalog.oid := 'pg_catalog.pg_extension'::pg_catalog.regclass;
+BEGIN
+  SELECT e.oid, e.extowner, e.extnamespace INTO STRICT ext_oid, ext_owner, nsp_oid
+    FROM pg_catalog.pg_extension e
+   WHERE e.extname OPERATOR(pg_catalog.=) 'dlock'::pg_catalog.name;
+  SELECT n.nspowner, n.nspacl, a.rolsuper INTO STRICT nsp_owner, nsp_acl, owner_is_super
+    FROM pg_catalog.pg_namespace n
+    JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) n.nspowner
+   WHERE n.oid OPERATOR(pg_catalog.=) nsp_oid;
+
+  IF nsp_owner OPERATOR(pg_catalog.<>) ext_owner AND NOT owner_is_super THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'insufficient_privilege',
+      MESSAGE = pg_catalog.format('schema dlock is owned by role %I, not by the owner of extension dlock',
+                                  pg_catalog.pg_get_userbyid(nsp_owner)),
+      DETAIL = 'The extension would use a schema that it did not create: its owner could create functions there that take the place of dlock''s own.',
+      HINT = 'Drop or rename schema dlock, then CREATE EXTENSION dlock; or, after checking what the schema holds, ALTER SCHEMA dlock OWNER TO a superuser.';
+  END IF;
+
+  SELECT pg_catalog.string_agg(CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid
+                                    THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                               ', ')
+    INTO creators
+    FROM pg_catalog.aclexplode(COALESCE(nsp_acl, pg_catalog.acldefault('n'::pg_catalog."char", nsp_owner))) a
+   WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'::text
+     AND a.grantee OPERATOR(pg_catalog.<>) nsp_owner;
+  IF creators IS NOT NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'insufficient_privilege',
+      MESSAGE = 'roles other than its owner may create objects in schema dlock',
+      DETAIL = pg_catalog.format('CREATE on schema dlock is granted to %s.', creators),
+      HINT = pg_catalog.format('REVOKE CREATE ON SCHEMA dlock FROM %s.', creators);
+  END IF;
+
+  -- Objects in the schema, and those that belong to the extension: its
+  -- members and what depends on them internally or automatically (row
+  -- types, array types, the primary key and its index)
+  WITH RECURSIVE in_schema(classid, objid) AS (
+         SELECT cls_class, c.oid FROM pg_catalog.pg_class c
+          WHERE c.relnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid, p.oid
+           FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_type'::pg_catalog.regclass::pg_catalog.oid, t.oid
+           FROM pg_catalog.pg_type t WHERE t.typnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_constraint o WHERE o.connamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_operator o WHERE o.oprnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_opclass'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_opclass o WHERE o.opcnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_opfamily o WHERE o.opfnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_collation o WHERE o.collnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_conversion'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_conversion o WHERE o.connamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_ts_config'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_ts_config o WHERE o.cfgnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_ts_dict'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_ts_dict o WHERE o.dictnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_ts_parser'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_ts_parser o WHERE o.prsnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_ts_template'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_ts_template o WHERE o.tmplnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass::pg_catalog.oid, o.oid
+           FROM pg_catalog.pg_statistic_ext o WHERE o.stxnamespace OPERATOR(pg_catalog.=) nsp_oid
+         UNION ALL
+         SELECT cls_extension, o.oid
+           FROM pg_catalog.pg_extension o
+          WHERE o.extnamespace OPERATOR(pg_catalog.=) nsp_oid
+            AND o.oid OPERATOR(pg_catalog.<>) ext_oid
+       ),
+       belongs(classid, objid) AS (
+         SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
+          WHERE d.refclassid OPERATOR(pg_catalog.=) cls_extension
+            AND d.refobjid OPERATOR(pg_catalog.=) ext_oid
+            AND d.deptype OPERATOR(pg_catalog.=) 'e'::pg_catalog."char"
+         UNION
+         SELECT d.classid, d.objid FROM pg_catalog.pg_depend d, belongs b
+          WHERE d.refclassid OPERATOR(pg_catalog.=) b.classid
+            AND d.refobjid OPERATOR(pg_catalog.=) b.objid
+            AND d.deptype OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'a']::pg_catalog."char"[])
+       )
+  SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(s.classid, s.objid, 0), ', '
+                               ORDER BY pg_catalog.pg_describe_object(s.classid, s.objid, 0))
+    INTO strangers
+    FROM in_schema s
+   WHERE NOT EXISTS (SELECT FROM belongs b
+                      WHERE b.classid OPERATOR(pg_catalog.=) s.classid
+                        AND b.objid OPERATOR(pg_catalog.=) s.objid);
+  IF strangers IS NOT NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'object_not_in_prerequisite_state',
+      MESSAGE = 'schema dlock holds objects that are not part of extension dlock',
+      DETAIL = pg_catalog.format('Objects: %s.', strangers),
+      HINT = 'Drop or move these objects, or drop or rename schema dlock and then CREATE EXTENSION dlock.';
+  END IF;
+END
+$check$;
+
+--
+-- pg_dump run by the database's owner reads the lease table and the token
+-- counter (they are the extension's configuration, dumped with its data).
+-- The owner may read them; other roles still see leases only through
+-- dlock.leases, without the owner strings of roles they cannot act for.
+-- pg_database_owner exists from PostgreSQL 14 on.
+--
+DO $grant$
+BEGIN
+  IF EXISTS (SELECT FROM pg_catalog.pg_authid
+              WHERE rolname OPERATOR(pg_catalog.=) 'pg_database_owner'::pg_catalog.name) THEN
+    GRANT SELECT ON TABLE dlock.lease_state TO pg_database_owner;
+    GRANT SELECT ON SEQUENCE dlock.token_seq TO pg_database_owner;
+  END IF;
+END
+$grant$;
+
+--
+-- dlock.holder: the role that holds a lease, stored as the role's OID like
+-- regrole, written and read by name (see src/holder.c).  An unknown name
+-- reads as "no role" (-) instead of failing, so that a dump restores into a
+-- cluster that lacks some holder's role and keeps every lease, token and
+-- the counter; only superusers may act on a lease with no role.
+--
+CREATE TYPE dlock.holder;
+
+CREATE FUNCTION dlock.holder_in(pg_catalog.cstring)
+RETURNS dlock.holder
+AS 'MODULE_PATHNAME', 'dlock_holder_in'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+
+CREATE FUNCTION dlock.holder_out(dlock.holder)
+RETURNS pg_catalog.cstring
+AS 'MODULE_PATHNAME', 'dlock_holder_out'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+
+-- No binary input or output: a role OID from another cluster means nothing
+CREATE TYPE dlock.holder (
+  INPUT = dlock.holder_in,
+  OUTPUT = dlock.holder_out,
+  INTERNALLENGTH = 4,
+  PASSEDBYVALUE,
+  ALIGNMENT = int4,
+  STORAGE = plain
+);
+COMMENT ON TYPE dlock.holder IS
+  'Role that holds a lease: its name, or - for no role (a role unknown when the lease was restored); only superusers act on leases with no role.';
+
+-- Same representation as oid and regrole
+CREATE CAST (dlock.holder AS pg_catalog.oid) WITHOUT FUNCTION;
+CREATE CAST (pg_catalog.oid AS dlock.holder) WITHOUT FUNCTION;
+CREATE CAST (dlock.holder AS pg_catalog.regrole) WITHOUT FUNCTION;
+CREATE CAST (pg_catalog.regrole AS dlock.holder) WITHOUT FUNCTION;
+
+-- Comparisons as of the OIDs, so that the column can be compared, grouped
+-- and sorted (EXCEPT, DISTINCT, ORDER BY) like the regrole column of 1.0
+CREATE FUNCTION dlock.holder_eq(dlock.holder, dlock.holder) RETURNS boolean
+AS 'oideq' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_ne(dlock.holder, dlock.holder) RETURNS boolean
+AS 'oidne' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_lt(dlock.holder, dlock.holder) RETURNS boolean
+AS 'oidlt' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_le(dlock.holder, dlock.holder) RETURNS boolean
+AS 'oidle' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_gt(dlock.holder, dlock.holder) RETURNS boolean
+AS 'oidgt' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_ge(dlock.holder, dlock.holder) RETURNS boolean
+AS 'oidge' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_cmp(dlock.holder, dlock.holder) RETURNS integer
+AS 'btoidcmp' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_hash(dlock.holder) RETURNS integer
+AS 'hashoid' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OPERATOR dlock.= (
+  LEFTARG = dlock.holder, RIGHTARG = dlock.holder, FUNCTION = dlock.holder_eq,
+  COMMUTATOR = OPERATOR(dlock.=), NEGATOR = OPERATOR(dlock.<>),
+  RESTRICT = pg_catalog.eqsel, JOIN = pg_catalog.eqjoinsel, HASHES, MERGES
+);
+CREATE OPERATOR dlock.<> (
+  LEFTARG = dlock.holder, RIGHTARG = dlock.holder, FUNCTION = dlock.holder_ne,
+  COMMUTATOR = OPERATOR(dlock.<>), NEGATOR = OPERATOR(dlock.=),
+  RESTRICT = pg_catalog.neqsel, JOIN = pg_catalog.neqjoinsel
+);
+CREATE OPERATOR dlock.< (
+  LEFTARG = dlock.holder, RIGHTARG = dlock.holder, FUNCTION = dlock.holder_lt,
+  COMMUTATOR = OPERATOR(dlock.>), NEGATOR = OPERATOR(dlock.>=),
+  RESTRICT = pg_catalog.scalarltsel, JOIN = pg_catalog.scalarltjoinsel
+);
+CREATE OPERATOR dlock.<= (
+  LEFTARG = dlock.holder, RIGHTARG = dlock.holder, FUNCTION = dlock.holder_le,
+  COMMUTATOR = OPERATOR(dlock.>=), NEGATOR = OPERATOR(dlock.>),
+  RESTRICT = pg_catalog.scalarlesel, JOIN = pg_catalog.scalarlejoinsel
+);
+CREATE OPERATOR dlock.> (
+  LEFTARG = dlock.holder, RIGHTARG = dlock.holder, FUNCTION = dlock.holder_gt,
+  COMMUTATOR = OPERATOR(dlock.<), NEGATOR = OPERATOR(dlock.<=),
+  RESTRICT = pg_catalog.scalargtsel, JOIN = pg_catalog.scalargtjoinsel
+);
+CREATE OPERATOR dlock.>= (
+  LEFTARG = dlock.holder, RIGHTARG = dlock.holder, FUNCTION = dlock.holder_ge,
+  COMMUTATOR = OPERATOR(dlock.<=), NEGATOR = OPERATOR(dlock.<),
+  RESTRICT = pg_catalog.scalargesel, JOIN = pg_catalog.scalargejoinsel
+);
+
+CREATE OPERATOR CLASS dlock.holder_ops DEFAULT FOR TYPE dlock.holder USING btree AS
+  OPERATOR 1 dlock.<,
+  OPERATOR 2 dlock.<=,
+  OPERATOR 3 dlock.=,
+  OPERATOR 4 dlock.>=,
+  OPERATOR 5 dlock.>,
+  FUNCTION 1 dlock.holder_cmp(dlock.holder, dlock.holder);
+CREATE OPERATOR CLASS dlock.holder_ops DEFAULT FOR TYPE dlock.holder USING hash AS
+  OPERATOR 1 dlock.=,
+  FUNCTION 1 dlock.holder_hash(dlock.holder);
+
+--
+-- The lease table's holder_role becomes dlock.holder.  The cast is binary,
+-- so the table is not rewritten: every row keeps its owner, token, expiry
+-- and lock-delay, and the C code reads the column as an OID either way.
+-- The view dlock.leases depends on the column; it is replaced (not dropped,
+-- so that views built on it survive) first by a version that does not read
+-- the column, then by its own definition again, with holder_role still a
+-- regrole.  All of it commits at once, so no one sees the stand-in.
+--
+CREATE OR REPLACE VIEW dlock.leases AS
+SELECT s.name,
+       s.token,
+       NULL::text AS owner,
+       NULL::pg_catalog.regrole AS holder_role,
+       s.acquired_at,
+       s.expires_at,
+       NULL::text AS state,
+       s.ended_at,
+       NULL::timestamptz AS grantable_at,
+       s.lock_delay,
+       s.session_bound,
+       s.holder_pid
+  FROM dlock.lease_state s;
+
+ALTER TABLE dlock.lease_state
+  ALTER COLUMN holder_role TYPE dlock.holder USING holder_role::dlock.holder;
+
+CREATE OR REPLACE VIEW dlock.leases AS
+SELECT s.name,
+       s.token,
+       CASE WHEN pg_catalog.pg_has_role(s.holder_role::pg_catalog.oid, 'USAGE')
+            THEN s.owner END AS owner,
+       s.holder_role::pg_catalog.regrole AS holder_role,
+       s.acquired_at,
+       s.expires_at,
+       st.state,
+       s.ended_at,
+       CASE st.state
+            WHEN 'released' THEN s.ended_at
+            WHEN 'session_ended' THEN NULL
+            WHEN 'force_released' THEN s.ended_at + s.lock_delay
+            ELSE s.expires_at + s.lock_delay END AS grantable_at,
+       s.lock_delay,
+       s.session_bound,
+       s.holder_pid
+  FROM dlock.lease_state s,
+       LATERAL (SELECT CASE
+                  WHEN s.ended_at IS NOT NULL THEN s.end_reason
+                  WHEN s.session_bound AND NOT dlock.holder_alive(s.token) THEN 'session_ended'
+                  WHEN s.expires_at <= pg_catalog.clock_timestamp() THEN 'expired'
+                  ELSE 'live' END AS state) st;
