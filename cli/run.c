@@ -25,7 +25,19 @@
  *
  * Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT to dlock are forwarded to the
  * child's process group; dlock keeps renewing until the child exits, then
- * releases the lease and exits with the child's status.
+ * releases the lease and exits with the child's status.  The handled signals
+ * are blocked across fork, and the child sets them back to their default
+ * action before it unblocks them, so a signal that arrives between fork and
+ * exec is neither swallowed by a copy of dlock's handler nor lost: the child
+ * gets it as soon as it can act on it.
+ *
+ * Death of dlock: on Linux the child is given SIGTERM as its parent-death
+ * signal (PR_SET_PDEATHSIG), so that when dlock is killed (SIGKILL, the OOM
+ * killer) the child does not run on with nobody renewing its lease; a child
+ * whose dlock died before that was set exits before exec.  This reaches the
+ * direct child only, not its process group: a child that starts processes
+ * of its own has to stop them when it gets SIGTERM.  The signal is not sent
+ * to a set-user-ID or set-group-ID command.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -41,11 +53,19 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "dlock_cli.h"
 
 #define RETRY_FIRST_S	0.1
 #define RETRY_LAST_S	2.0
+
+/* signals dlock handles; the child gets them back at their default action */
+static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
+
+#define N_HANDLED_SIGNALS (sizeof(handled_signals) / sizeof(handled_signals[0]))
 
 static int	signal_pipe[2] = {-1, -1};
 static volatile sig_atomic_t pending_signal = 0;
@@ -93,7 +113,6 @@ static void
 install_handlers(void)
 {
 	struct sigaction sa;
-	int			sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
 
 	if (pipe(signal_pipe) != 0)
 	{
@@ -109,8 +128,8 @@ install_handlers(void)
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART;
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		sigaction(sigs[i], &sa, NULL);
+	for (size_t i = 0; i < N_HANDLED_SIGNALS; i++)
+		sigaction(handled_signals[i], &sa, NULL);
 }
 
 static void
@@ -230,29 +249,50 @@ copy_value(PGresult *res, int col)
 static pid_t
 spawn_child(const RunOptions *opts, const Lease *lease)
 {
+	pid_t		parent = getpid();
 	pid_t		child;
+	sigset_t	handled;
+	sigset_t	saved_mask;
 
 	setenv("DLOCK_NAME", opts->name, 1);
 	setenv("DLOCK_TOKEN", lease->token, 1);
 	setenv("DLOCK_OWNER", lease->owner, 1);
 	setenv("DLOCK_EXPIRES_AT", lease->expires_at, 1);
 
+	/*
+	 * Until the child has its own dispositions, a signal must wait: in the
+	 * child it would run our handler, which only sets a flag in the child's
+	 * copy of dlock.  Blocked, it is delivered after the reset instead.
+	 */
+	sigemptyset(&handled);
+	for (size_t i = 0; i < N_HANDLED_SIGNALS; i++)
+		sigaddset(&handled, handled_signals[i]);
+	sigprocmask(SIG_BLOCK, &handled, &saved_mask);
+
 	child = fork();
 	if (child < 0)
 	{
 		complain("could not fork: %s", strerror(errno));
+		sigprocmask(SIG_SETMASK, &saved_mask, NULL);
 		return -1;
 	}
 	if (child == 0)
 	{
 		struct sigaction sa;
-		int			sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
 
 		setpgid(0, 0);
 		memset(&sa, 0, sizeof(sa));
 		sa.sa_handler = SIG_DFL;
-		for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-			sigaction(sigs[i], &sa, NULL);
+		for (size_t i = 0; i < N_HANDLED_SIGNALS; i++)
+			sigaction(handled_signals[i], &sa, NULL);
+#ifdef __linux__
+		/* nobody renews the lease once dlock is gone: stop with it */
+		(void) prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+		/* dlock died before that took effect: do not start at all */
+		if (getppid() != parent)
+			_exit(128 + SIGTERM);
+		sigprocmask(SIG_SETMASK, &saved_mask, NULL);
 		execvp(opts->command[0], opts->command);
 		fprintf(stderr, "%s: could not run \"%s\": %s\n", progname,
 				opts->command[0], strerror(errno));
@@ -260,6 +300,8 @@ spawn_child(const RunOptions *opts, const Lease *lease)
 	}
 	/* also here, so that signalling the group cannot race the child's setpgid */
 	setpgid(child, child);
+	/* a signal that came meanwhile is now handled, and forwarded */
+	sigprocmask(SIG_SETMASK, &saved_mask, NULL);
 	return child;
 }
 

@@ -1,6 +1,7 @@
 # The dlock command: runs a command under a lease, gives it the token,
 # releases on exit, stops it promptly when the lease is lost, survives a
-# server restart, forwards signals, and rejects bad arguments.
+# server restart, forwards signals, and rejects bad arguments.  A signal
+# between fork and exec is not lost; the command stops when dlock is killed.
 
 use strict;
 use warnings FATAL => 'all';
@@ -103,6 +104,94 @@ my $t0 = time;
 is("$rc $out", "0 second\n", 'with --wait the second run waits and then runs');
 $first->finish;
 is($first->full_result >> 8, 0, 'the first run ended normally');
+
+# A fork() that makes the child wait SLOW_FORK_SECONDS before it returns,
+# so that signals can be sent into the window between fork and exec
+my $slowfork = "$dir/slowfork.so";
+open my $src, '>', "$dir/slowfork.c" or die $!;
+print $src <<'EOC';
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+pid_t
+fork(void)
+{
+	pid_t		(*real_fork) (void) = (pid_t (*) (void)) dlsym(RTLD_NEXT, "fork");
+	pid_t		pid = real_fork();
+	const char *delay = getenv("SLOW_FORK_SECONDS");
+
+	if (pid == 0 && delay != NULL)
+	{
+		struct timespec end;
+		long		ms = (long) (atof(delay) * 1000);
+
+		unsetenv("SLOW_FORK_SECONDS");
+		unsetenv("LD_PRELOAD");
+		clock_gettime(CLOCK_MONOTONIC, &end);
+		end.tv_sec += ms / 1000 + (end.tv_nsec + (ms % 1000) * 1000000) / 1000000000;
+		end.tv_nsec = (end.tv_nsec + (ms % 1000) * 1000000) % 1000000000;
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &end, NULL) != 0)
+			;
+	}
+	return pid;
+}
+EOC
+close $src;
+my $have_slowfork = system($ENV{CC} // 'cc', '-shared', '-fPIC', '-o', $slowfork, "$dir/slowfork.c", '-ldl') == 0;
+
+# Start a run whose child lingers 1.5 s between fork and exec
+sub start_slow_fork
+{
+	my ($name, @command) = @_;
+	local $ENV{LD_PRELOAD} = $slowfork;
+	local $ENV{SLOW_FORK_SECONDS} = '1.5';
+	my $run = IPC::Run::start([ $dlock, 'run', $name, '--', @command ]);
+	$node->poll_query_until('postgres',
+		qq{SELECT count(*) = 1 FROM dlock.leases WHERE name = '$name' AND state = 'live'})
+	  or die 'run did not start';
+	sleep 0.3;
+	return $run;
+}
+
+SKIP:
+{
+	skip 'no C compiler for the fork() shim', 4 unless $have_slowfork;
+
+	note 'a signal between fork and exec reaches the command';
+	my $ran = "$dir/ran-after-fork";
+	my $w = start_slow_fork('window', 'touch', $ran);
+	$w->signal('TERM');
+	$w->finish;
+	is($w->full_result >> 8, 128 + 15, 'SIGTERM between fork and exec: the child dies of it, 128 + 15');
+	ok(!-e $ran, 'and the command did not run');
+	is(state_of('window'), 'released', 'the lease is released');
+
+	note 'a child whose dlock died before exec does not start';
+	$ran = "$dir/ran-orphaned";
+	$w = start_slow_fork('orphaned', 'touch', $ran);
+	$w->signal('KILL');
+	$w->finish;
+	sleep 1.7;
+	ok(!-e $ran, 'dlock killed between fork and exec: the command did not run');
+}
+
+note 'the command stops when dlock is killed';
+my $orphan_ticks = "$dir/ticks-orphan";
+my $orphan = IPC::Run::start([ $dlock, 'run', 'orphan', '--ttl', '5s', '--', ticking_child($orphan_ticks, 10) ]);
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'orphan' AND state = 'live'})
+  or die 'run did not start';
+sleep 0.3;
+my $orphaned_at = time;
+$orphan->signal('KILL');
+$orphan->finish;
+sleep 1.5;
+my $orphan_lag = last_tick($orphan_ticks) - $orphaned_at;
+cmp_ok($orphan_lag, '<', 1.0, 'the child stopped within a second of the SIGKILL of dlock');
+note sprintf 'last tick %.3f s after the SIGKILL', $orphan_lag;
 
 note 'force-release stops the child within a second';
 my $ticks = "$dir/ticks-force";
