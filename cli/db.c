@@ -42,6 +42,19 @@ db_connect(const char *dbname, bool fatal)
 }
 
 /*
+ * db_connect_start - begin a connection with the same settings as db_connect,
+ * for the caller to drive with PQconnectPoll; NULL when out of memory
+ */
+PGconn *
+db_connect_start(const char *dbname)
+{
+	const char *keywords[] = {"dbname", "fallback_application_name", NULL};
+	const char *values[] = {dbname, "dlock", NULL};
+
+	return PQconnectStartParams(keywords, values, 1);
+}
+
+/*
  * db_exec - run a parameterized query (text parameters, text results)
  */
 PGresult *

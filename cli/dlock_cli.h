@@ -33,6 +33,7 @@ extern const char *progname;
 
 /* db.c */
 extern PGconn *db_connect(const char *dbname, bool fatal);
+extern PGconn *db_connect_start(const char *dbname);
 extern PGresult *db_exec(PGconn *conn, const char *sql, int nparams,
 						 const char *const *params);
 extern bool db_result_ok(PGresult *res);

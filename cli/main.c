@@ -80,11 +80,17 @@ usage(FILE *out)
 			"DLOCK_EXPIRES_AT in its environment, to fence its writes with dlock.fence().\n"
 			"If the lease is lost (a renew says it is gone, or no renew succeeded in time),\n"
 			"the child's process group gets SIGTERM at once and SIGKILL after --kill-after.\n"
+			"SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the child; before the\n"
+			"child starts they end the run at once, leaving no waiter on the server.  If\n"
+			"dlock itself dies, the child gets SIGTERM (on Linux).  --wait bounds all of\n"
+			"the time before the child starts: within it a server that is down, restarts\n"
+			"or fails over is reconnected to with backoff, and the wait goes on.\n"
 			"\n"
 			"Options for run:\n"
 			"      --ttl=DURATION            lease ttl (default 30s)\n"
-			"      --wait=DURATION|forever   how long to wait for the lease (default 0)\n"
-			"      --owner=OWNER             owner string (default: generated)\n"
+			"      --wait=DURATION|forever   how long to wait for the server and the lease\n"
+			"                                (default 0: try once)\n"
+			"      --owner=OWNER             owner string (default: random)\n"
 			"      --lock-delay=DURATION     lock-delay after expiry (default: server's)\n"
 			"      --session-bound           the lease also ends with this connection\n"
 			"      --conflict-exit-code=N    exit code when the lease is busy (default 75)\n"
@@ -102,9 +108,10 @@ usage(FILE *out)
 			"the application name defaults to dlock.\n"
 			"\n"
 			"Exit codes: the child's status for run (128+N if it died of signal N); 0 done;\n"
-			"1 release: not held by OWNER; 64 bad arguments; 69 database unreachable;\n"
-			"70 unexpected server error; 75 lease busy (--conflict-exit-code);\n"
-			"79 lease lost, child killed.\n");
+			"1 release: not held by OWNER; 64 bad arguments, or a ttl too short to renew;\n"
+			"69 database unreachable (for run: until --wait ran out); 70 unexpected server\n"
+			"error; 75 lease busy (--conflict-exit-code); 79 lease lost, child killed;\n"
+			"128+N run stopped by signal N before the command started.\n");
 }
 
 static int	bad_usage(const char *fmt, const char *arg) __attribute__((format(printf, 1, 0)));

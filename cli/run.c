@@ -17,19 +17,44 @@
  * The lease counts as lost when a renew says it is gone, or when that
  * validity deadline passes without a successful renew (the server is slow,
  * unreachable or restarting).  Then the child's process group gets SIGTERM
- * at once and SIGKILL after --kill-after.  Queries are sent asynchronously
- * and waited for with that deadline, so a server that does not answer cannot
- * hold the client past it.  A lost connection is re-established with
- * backoff while the lease may still be valid; a session-bound lease ends
- * with its connection, so for it a lost connection is a lost lease.
+ * at once and SIGKILL after --kill-after.  Queries and connection attempts
+ * are asynchronous and waited for with that deadline, so a server that does
+ * not answer cannot hold the client past it.  A lost connection is
+ * re-established with backoff while the lease may still be valid; a
+ * session-bound lease ends with its connection, so for it a lost connection
+ * is a lost lease.
  *
- * Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT to dlock are forwarded to the
- * child's process group; dlock keeps renewing until the child exits, then
- * releases the lease and exits with the child's status.  The handled signals
- * are blocked across fork, and the child sets them back to their default
- * action before it unblocks them, so a signal that arrives between fork and
- * exec is neither swallowed by a copy of dlock's handler nor lost: the child
- * gets it as soon as it can act on it.
+ * Waiting: --wait bounds all of the time before the child starts, reaching
+ * the server as well as waiting for the lease.  Within it, a server that is
+ * down at the start, or a wait cut by a restart, a failover or a terminated
+ * backend, is retried with the same backoff (0.1 s doubling to 2 s), and
+ * dlock.acquire is called again with what is left of the budget; libpq's
+ * multi-host conninfo (host=a,b target_session_attrs=read-write) finds the
+ * new primary.  Before the first connection the budget comes from the
+ * client's own reading of the interval text; the server's reading replaces
+ * it once connected.  Without --owner the client makes up the owner itself,
+ * so that an acquire whose reply was lost with the connection can simply be
+ * repeated: the same owner gets its own live lease back, with the same
+ * token, instead of waiting behind it.  When the budget is spent, dlock
+ * exits 69 if the server is still out of reach, or with the conflict exit
+ * code if it answered that the lease is busy.  With the default --wait 0 a
+ * server that is down is tried once.
+ *
+ * Signals before the child starts: SIGINT, SIGTERM, SIGHUP or SIGQUIT while
+ * dlock connects or waits end the run at once.  The waiting dlock.acquire is
+ * cancelled, and its answer awaited briefly, so that no waiter is left in
+ * the server's queue (closing the connection would not do: the server
+ * notices a vanished client only with client_connection_check_interval); a
+ * lease granted at that very moment is released; nothing is run, and dlock
+ * exits with 128 + the signal number.
+ *
+ * Signals while the child runs: forwarded to the child's process group;
+ * dlock keeps renewing until the child exits, then releases the lease and
+ * exits with the child's status.  The handled signals are blocked across
+ * fork, and the child sets them back to their default action before it
+ * unblocks them, so a signal that arrives between fork and exec is neither
+ * swallowed by a copy of dlock's handler nor lost: the child gets it as soon
+ * as it can act on it.
  *
  * Death of dlock: on Linux the child is given SIGTERM as its parent-death
  * signal (PR_SET_PDEATHSIG), so that when dlock is killed (SIGKILL, the OOM
@@ -41,6 +66,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -49,6 +75,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -62,6 +89,12 @@
 #define RETRY_FIRST_S	0.1
 #define RETRY_LAST_S	2.0
 
+/* how long a cancelled acquire may take to answer before we hang up */
+#define CANCEL_WAIT_S	2.0
+
+/* how long past the --wait budget the server may take to answer an acquire */
+#define ANSWER_GRACE_S	10.0
+
 /* signals dlock handles; the child gets them back at their default action */
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
 
@@ -70,9 +103,12 @@ static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}
 static int	signal_pipe[2] = {-1, -1};
 static volatile sig_atomic_t pending_signal = 0;
 
+/* the last connection failure, for the message when dlock gives up */
+static char connect_error[512] = "";
+
 typedef struct Lease
 {
-	char	   *owner;
+	char	   *owner;			/* NULL until known: the server picks one */
 	char	   *token;
 	char	   *expires_at;
 	double		ttl_s;
@@ -85,7 +121,9 @@ typedef enum QueryOutcome
 {
 	QUERY_DONE,					/* a result (maybe an error) is in *res */
 	QUERY_DEADLINE,				/* no answer before the deadline */
-	QUERY_BROKEN				/* the connection failed */
+	QUERY_BROKEN,				/* the connection failed */
+	QUERY_SIGNALLED				/* a signal ended the wait; *res is the
+								 * cancelled query's answer, if it came */
 } QueryOutcome;
 
 static double
@@ -95,6 +133,20 @@ now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * poll_timeout - milliseconds from now to deadline for poll(): -1 for no
+ * deadline, and at most an hour, since callers look at the clock again
+ */
+static int
+poll_timeout(double deadline)
+{
+	double		left = deadline - now_s();
+
+	if (isinf(deadline))
+		return -1;
+	return (int) fmax(0, fmin(ceil(left * 1000), 3600 * 1000));
 }
 
 static void
@@ -164,13 +216,161 @@ forward_pending_signal(pid_t child)
 }
 
 /*
+ * woken - the signal pipe was readable: empty it and forward a signal to a
+ * running child; true when a signal should end what the caller waits for
+ *
+ * The handler sets pending_signal before it writes to the pipe, so a signal
+ * that comes after the pipe was emptied wakes the next poll.
+ */
+static bool
+woken(pid_t child, bool stop_on_signal)
+{
+	drain_signal_pipe();
+	forward_pending_signal(child);
+	return stop_on_signal && pending_signal != 0;
+}
+
+/*
+ * sleep_until - sleep until deadline; false if a signal cut the sleep short
+ * (there is no child yet, so a signal ends the wait)
+ */
+static bool
+sleep_until(double deadline)
+{
+	while (pending_signal == 0 && now_s() < deadline)
+	{
+		struct pollfd fds[1];
+
+		fds[0].fd = signal_pipe[0];
+		fds[0].events = POLLIN;
+		if (poll(fds, 1, poll_timeout(deadline)) > 0 && woken(0, true))
+			return false;
+	}
+	return pending_signal == 0;
+}
+
+/* remember_connect_error - keep why the server was lost, on one line */
+static void
+remember_connect_error(const char *message)
+{
+	size_t		len;
+
+	snprintf(connect_error, sizeof(connect_error), "%s", message);
+	len = strlen(connect_error);
+	while (len > 0 && connect_error[len - 1] == '\n')
+		connect_error[--len] = '\0';
+}
+
+/*
+ * connect_once - one connection attempt (every host of a multi-host
+ * conninfo), given up at deadline, or at a signal when stop_on_signal;
+ * signals for a running child are forwarded meanwhile.  A deadline already
+ * passed sets no limit: the attempt then takes what libpq lets it.
+ */
+static PGconn *
+connect_once(const char *dbname, double deadline, pid_t child, bool stop_on_signal)
+{
+	PGconn	   *conn = db_connect_start(dbname);
+	PostgresPollingStatusType state = PGRES_POLLING_WRITING;
+
+	if (conn == NULL)
+	{
+		remember_connect_error("out of memory");
+		return NULL;
+	}
+	if (deadline <= now_s())
+		deadline = INFINITY;
+
+	while (PQstatus(conn) != CONNECTION_BAD && state != PGRES_POLLING_FAILED)
+	{
+		struct pollfd fds[2];
+
+		if (state == PGRES_POLLING_OK)
+			return conn;
+		if (now_s() >= deadline)
+		{
+			remember_connect_error("timed out");
+			info("could not connect: %s", connect_error);
+			PQfinish(conn);
+			return NULL;
+		}
+		if (stop_on_signal && pending_signal != 0)
+		{
+			PQfinish(conn);
+			return NULL;
+		}
+		/* the socket changes as libpq moves from host to host */
+		fds[0].fd = PQsocket(conn);
+		fds[0].events = state == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+		fds[0].revents = 0;
+		fds[1].fd = signal_pipe[0];
+		fds[1].events = POLLIN;
+		fds[1].revents = 0;
+		if (poll(fds, 2, poll_timeout(deadline)) < 0 && errno != EINTR)
+			break;
+		if (fds[1].revents & POLLIN)
+			(void) woken(child, stop_on_signal);
+		if (fds[0].revents != 0)
+			state = PQconnectPoll(conn);
+	}
+	remember_connect_error(PQerrorMessage(conn));
+	info("could not connect: %s", connect_error);
+	PQfinish(conn);
+	return NULL;
+}
+
+/*
+ * connect_until - connect, retrying with backoff until deadline; NULL when
+ * the deadline passed, or a signal came, without a connection.  One attempt
+ * is made even when the deadline has passed.
+ */
+static PGconn *
+connect_until(const char *dbname, double deadline)
+{
+	double		backoff = RETRY_FIRST_S;
+
+	for (;;)
+	{
+		PGconn	   *conn = connect_once(dbname, deadline, 0, true);
+		double		pause;
+
+		if (conn != NULL || pending_signal != 0)
+			return conn;
+		pause = fmin(backoff, deadline - now_s());
+		if (pause <= 0)
+			return NULL;
+		info("retrying in %.1fs", pause);
+		if (!sleep_until(now_s() + pause))
+			return NULL;
+		backoff = fmin(backoff * 2, RETRY_LAST_S);
+	}
+}
+
+/* cancel_query - ask the server to cancel what conn is running */
+static void
+cancel_query(PGconn *conn)
+{
+	PGcancel   *cancel = PQgetCancel(conn);
+	char		errbuf[256];
+
+	if (cancel != NULL)
+	{
+		PQcancel(cancel, errbuf, sizeof(errbuf));
+		PQfreeCancel(cancel);
+	}
+}
+
+/*
  * query_until - run a parameterized query, waiting at most until deadline
- * (monotonic seconds); signals for the child are forwarded meanwhile
+ * (monotonic seconds).  Signals for a running child are forwarded
+ * meanwhile; with stop_on_signal a signal cancels the query instead.
  */
 static QueryOutcome
 query_until(PGconn *conn, const char *sql, int nparams, const char *const *params,
-			double deadline, pid_t child, PGresult **res)
+			double deadline, pid_t child, bool stop_on_signal, PGresult **res)
 {
+	QueryOutcome outcome = QUERY_DONE;	/* or QUERY_SIGNALLED, once it is */
+
 	*res = NULL;
 	if (conn == NULL || PQstatus(conn) != CONNECTION_OK ||
 		!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
@@ -179,35 +379,41 @@ query_until(PGconn *conn, const char *sql, int nparams, const char *const *param
 	for (;;)
 	{
 		struct pollfd fds[2];
-		double		left = deadline - now_s();
 
 		if (!PQconsumeInput(conn))
-			return QUERY_BROKEN;
+			return outcome == QUERY_SIGNALLED ? outcome : QUERY_BROKEN;
 		if (!PQisBusy(conn))
 			break;
-		if (left <= 0)
+		if (outcome == QUERY_DONE && stop_on_signal && pending_signal != 0)
 		{
-			PGcancel   *cancel = PQgetCancel(conn);
-			char		errbuf[256];
-
-			if (cancel != NULL)
-			{
-				PQcancel(cancel, errbuf, sizeof(errbuf));
-				PQfreeCancel(cancel);
-			}
+			/*
+			 * Wait a little for the answer to the cancel, so that the server
+			 * has ended the query when we go, and a grant that came first is
+			 * seen and can be given back.
+			 */
+			cancel_query(conn);
+			outcome = QUERY_SIGNALLED;
+			deadline = now_s() + CANCEL_WAIT_S;
+			stop_on_signal = false;
+		}
+		if (now_s() >= deadline)
+		{
+			if (outcome == QUERY_SIGNALLED)
+				return outcome;
+			cancel_query(conn);
 			return QUERY_DEADLINE;
 		}
 		fds[0].fd = PQsocket(conn);
 		fds[0].events = POLLIN;
 		fds[1].fd = signal_pipe[0];
 		fds[1].events = POLLIN;
-		if (poll(fds, 2, (int) ceil(left * 1000)) < 0 && errno != EINTR)
-			return QUERY_BROKEN;
+		fds[1].revents = 0;
+		if (poll(fds, 2, poll_timeout(deadline)) < 0 && errno != EINTR)
+			return outcome == QUERY_SIGNALLED ? outcome : QUERY_BROKEN;
 		if (fds[1].revents & POLLIN)
 		{
-			drain_signal_pipe();
-			forward_pending_signal(child);
 			/* a SIGCHLD is seen again by the main loop through waitpid */
+			(void) woken(child, stop_on_signal);
 		}
 	}
 
@@ -215,9 +421,26 @@ query_until(PGconn *conn, const char *sql, int nparams, const char *const *param
 	*res = PQgetResult(conn);
 	for (PGresult *extra; (extra = PQgetResult(conn)) != NULL;)
 		PQclear(extra);
-	if (*res == NULL)
+	if (*res == NULL && outcome == QUERY_DONE)
 		return QUERY_BROKEN;
-	return QUERY_DONE;
+	return outcome;
+}
+
+/*
+ * connection_lost - did this failed query fail because the server went away
+ * (a restart, a failover, a terminated backend) rather than on its own?
+ */
+static bool
+connection_lost(PGconn *conn, PGresult *res)
+{
+	const char *state = db_sqlstate(res);
+
+	/* errors libpq makes up itself, such as a closed connection, have none */
+	return PQstatus(conn) != CONNECTION_OK || state[0] == '\0' ||
+		strncmp(state, "08", 2) == 0 ||	/* connection_exception */
+		strcmp(state, "57P01") == 0 ||	/* admin_shutdown */
+		strcmp(state, "57P02") == 0 ||	/* crash_shutdown */
+		strcmp(state, "57P03") == 0;	/* cannot_connect_now */
 }
 
 /* validity_s - how long after sending a request a lease is taken to be valid */
@@ -245,7 +468,32 @@ copy_value(PGresult *res, int col)
 	return strdup(PQgetvalue(res, 0, col));
 }
 
-/* spawn_child - start the command in its own process group */
+/*
+ * random_owner - 32 hex digits from the system's random source, like the
+ * owners the server makes up; NULL if there is none (then the server picks)
+ */
+static char *
+random_owner(void)
+{
+	unsigned char bytes[16];
+	char	   *owner;
+	FILE	   *f = fopen("/dev/urandom", "rb");
+	size_t		got = f != NULL ? fread(bytes, 1, sizeof(bytes), f) : 0;
+
+	if (f != NULL)
+		fclose(f);
+	if (got != sizeof(bytes) || (owner = malloc(2 * sizeof(bytes) + 1)) == NULL)
+		return NULL;
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		sprintf(owner + 2 * i, "%02x", bytes[i]);
+	return owner;
+}
+
+/*
+ * spawn_child - start the command in its own process group.  Returns the
+ * child's pid; -1 if fork failed; 0 if a signal came before the fork, in
+ * which case nothing was started.
+ */
 static pid_t
 spawn_child(const RunOptions *opts, const Lease *lease)
 {
@@ -268,6 +516,11 @@ spawn_child(const RunOptions *opts, const Lease *lease)
 	for (size_t i = 0; i < N_HANDLED_SIGNALS; i++)
 		sigaddset(&handled, handled_signals[i]);
 	sigprocmask(SIG_BLOCK, &handled, &saved_mask);
+	if (pending_signal != 0)
+	{
+		sigprocmask(SIG_SETMASK, &saved_mask, NULL);
+		return 0;
+	}
 
 	child = fork();
 	if (child < 0)
@@ -315,6 +568,82 @@ child_exit_code(int status)
 	return EXIT_SOFTWARE;
 }
 
+/*
+ * parse_duration - the common forms of interval text, read on the client:
+ * a bare number of seconds, or numbers with units ('500ms', '20s',
+ * '1 min 30 s', '2h', '1d').  It only bounds the connection retries before
+ * the server can read the text; false for anything else.
+ */
+static bool
+parse_duration(const char *text, double *seconds)
+{
+	static const struct
+	{
+		const char *unit;
+		double		seconds;
+	}			units[] = {
+		{"us", 1e-6}, {"usec", 1e-6}, {"usecs", 1e-6},
+		{"microsecond", 1e-6}, {"microseconds", 1e-6},
+		{"ms", 1e-3}, {"msec", 1e-3}, {"msecs", 1e-3},
+		{"millisecond", 1e-3}, {"milliseconds", 1e-3},
+		{"s", 1}, {"sec", 1}, {"secs", 1}, {"second", 1}, {"seconds", 1},
+		{"m", 60}, {"min", 60}, {"mins", 60}, {"minute", 60}, {"minutes", 60},
+		{"h", 3600}, {"hr", 3600}, {"hrs", 3600}, {"hour", 3600}, {"hours", 3600},
+		{"d", 86400}, {"day", 86400}, {"days", 86400},
+		{"w", 604800}, {"week", 604800}, {"weeks", 604800}
+	};
+	const char *p = text;
+	double		total = 0;
+	bool		any = false;
+
+	for (;;)
+	{
+		char	   *end;
+		double		n;
+		size_t		len = 0;
+		bool		known = false;
+
+		while (isspace((unsigned char) *p))
+			p++;
+		if (*p == '\0')
+			break;
+		n = strtod(p, &end);
+		if (end == p || !isfinite(n) || n < 0)
+			return false;
+		p = end;
+		while (isspace((unsigned char) *p))
+			p++;
+		while (isalpha((unsigned char) p[len]))
+			len++;
+		if (len == 0)
+		{
+			/* a bare number is seconds, and must stand alone */
+			if (any || *p != '\0')
+				return false;
+			total = n;
+			any = true;
+			break;
+		}
+		for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		{
+			if (strlen(units[i].unit) == len && strncasecmp(p, units[i].unit, len) == 0)
+			{
+				total += n * units[i].seconds;
+				known = true;
+				break;
+			}
+		}
+		if (!known)
+			return false;
+		p += len;
+		any = true;
+	}
+	if (!any)
+		return false;
+	*seconds = total;
+	return true;
+}
+
 /* check_duration - parse an interval option on the server; exit 64 if bad */
 static double
 check_duration(PGconn *conn, const char *option, const char *text, bool positive)
@@ -323,6 +652,13 @@ check_duration(PGconn *conn, const char *option, const char *text, bool positive
 
 	if (!db_duration(conn, text, &seconds) || seconds < 0 || (positive && seconds <= 0))
 	{
+		/* not the text's fault when the server went away just now */
+		if (PQstatus(conn) != CONNECTION_OK)
+		{
+			complain("lost the connection to the database: %s", PQerrorMessage(conn));
+			PQfinish(conn);
+			exit(EXIT_UNAVAILABLE);
+		}
 		complain("invalid %s \"%s\": give a %s PostgreSQL interval such as 30s or '5 min'",
 				 option, text, positive ? "positive" : "non-negative");
 		PQfinish(conn);
@@ -331,51 +667,161 @@ check_duration(PGconn *conn, const char *option, const char *text, bool positive
 	return seconds;
 }
 
-/*
- * acquire - take the lease; on a busy lease exit with the conflict code
- */
-static void
-acquire(PGconn *conn, const RunOptions *opts, Lease *lease)
+/* stopped - the run ends on a signal before the command was started */
+static int
+stopped(const RunOptions *opts)
 {
-	const char *params[6] = {
-		opts->name, opts->ttl, opts->owner, opts->wait, opts->lock_delay,
-		opts->session_bound ? "true" : "false"
-	};
-	double		sent_at = now_s();
-	PGresult   *res = db_exec(conn,
-							  "SELECT owner, token, expires_at,"
-							  "       extract(epoch FROM expires_at - clock_timestamp())"
-							  "  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
-							  "                     $5::interval, $6::boolean)",
-							  6, params);
+	int			sig = pending_signal;
 
-	if (!db_result_ok(res))
+	complain("signal %d before the command started; not running it (lease \"%s\")",
+			 sig, opts->name);
+	return 128 + sig;
+}
+
+/* release - give the lease back */
+static void
+release(PGconn **conn, const RunOptions *opts, Lease *lease)
+{
+	const char *params[2] = {opts->name, lease->owner};
+	PGresult   *res = NULL;
+
+	if (*conn == NULL || PQstatus(*conn) != CONNECTION_OK)
 	{
-		const char *state = db_sqlstate(res);
-		int			code = EXIT_SOFTWARE;
-
-		if (strcmp(state, "55P03") == 0)
-		{
-			info("lease \"%s\" is busy", opts->name);
-			code = opts->conflict_exit_code;
-		}
-		else
-		{
-			complain("could not acquire lease \"%s\": %s", opts->name, PQresultErrorMessage(res));
-			/* the server rejected an argument: a usage error */
-			if (strncmp(state, "22", 2) == 0)
-				code = EXIT_USAGE;
-		}
-		PQclear(res);
-		PQfinish(conn);
-		exit(code);
+		PQfinish(*conn);
+		*conn = connect_once(opts->dbname, now_s() + 10, 0, false);
 	}
+	if (*conn != NULL &&
+		query_until(*conn, "SELECT dlock.release($1, $2)", 2, params,
+					now_s() + 10, 0, false, &res) == QUERY_DONE && db_result_ok(res))
+	{
+		if (strcmp(PQgetvalue(res, 0, 0), "t") == 0)
+			info("released lease \"%s\"", opts->name);
+		else
+			complain("lease \"%s\" was no longer held when the command ended", opts->name);
+	}
+	else
+		complain("could not release lease \"%s\"; it ends at its expiry", opts->name);
+	PQclear(res);
+}
+
+/* took_lease - fill in the lease from a successful acquire sent at sent_at */
+static void
+took_lease(PGresult *res, double sent_at, const RunOptions *opts, Lease *lease)
+{
+	free(lease->owner);
 	lease->owner = copy_value(res, 0);
 	lease->token = copy_value(res, 1);
 	lease->expires_at = copy_value(res, 2);
 	set_validity(lease, sent_at, strtod(PQgetvalue(res, 0, 3), NULL));
-	PQclear(res);
 	info("acquired lease \"%s\" with token %s, owner %s", opts->name, lease->token, lease->owner);
+}
+
+/*
+ * acquire - take the lease, waiting until wait_deadline (INFINITY: no limit)
+ * and reconnecting meanwhile as needed.  Returns 0 with the lease held, or
+ * the exit code of a run that ends without it.  *conn is NULL or connected.
+ */
+static int
+acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadline)
+{
+	for (;;)
+	{
+		char		timeout[64];
+		const char *params[6] = {
+			opts->name, opts->ttl, lease->owner, NULL, opts->lock_delay,
+			opts->session_bound ? "true" : "false"
+		};
+		double		sent_at;
+		PGresult   *res;
+		QueryOutcome outcome;
+
+		if (pending_signal != 0)
+			return stopped(opts);
+		if (*conn == NULL)
+		{
+			if (now_s() >= wait_deadline)
+			{
+				complain("lost the connection to the database while waiting for lease \"%s\", "
+						 "and --wait ran out: %s", opts->name, connect_error);
+				return EXIT_UNAVAILABLE;
+			}
+			*conn = connect_until(opts->dbname, wait_deadline);
+			if (pending_signal != 0)
+				return stopped(opts);
+			if (*conn == NULL)
+			{
+				complain("could not reach the database before --wait ran out: %s", connect_error);
+				return EXIT_UNAVAILABLE;
+			}
+			info("reconnected");
+		}
+
+		/* what is left of the budget; NULL waits without limit */
+		if (!isinf(wait_deadline))
+		{
+			snprintf(timeout, sizeof(timeout), "%.6f seconds",
+					 fmax(0, wait_deadline - now_s()));
+			params[3] = timeout;
+		}
+		sent_at = now_s();
+		outcome = query_until(*conn,
+							  "SELECT owner, token, expires_at,"
+							  "       extract(epoch FROM expires_at - clock_timestamp())"
+							  "  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
+							  "                     $5::interval, $6::boolean)",
+							  6, params, wait_deadline + ANSWER_GRACE_S, 0, true, &res);
+
+		if (outcome == QUERY_SIGNALLED)
+		{
+			/* the grant won the race with the cancel: give it back */
+			if (db_result_ok(res))
+			{
+				took_lease(res, sent_at, opts, lease);
+				release(conn, opts, lease);
+			}
+			PQclear(res);
+			return stopped(opts);
+		}
+		if (outcome == QUERY_DONE && db_result_ok(res))
+		{
+			took_lease(res, sent_at, opts, lease);
+			PQclear(res);
+			return EXIT_OK;
+		}
+		if (outcome == QUERY_DONE && !connection_lost(*conn, res))
+		{
+			const char *state = db_sqlstate(res);
+			int			code = EXIT_SOFTWARE;
+
+			if (strcmp(state, "55P03") == 0)
+			{
+				info("lease \"%s\" is busy", opts->name);
+				code = opts->conflict_exit_code;
+			}
+			else
+			{
+				complain("could not acquire lease \"%s\": %s", opts->name, PQresultErrorMessage(res));
+				/* the server rejected an argument: a usage error */
+				if (strncmp(state, "22", 2) == 0)
+					code = EXIT_USAGE;
+			}
+			PQclear(res);
+			return code;
+		}
+
+		/*
+		 * The server went away (or did not answer past the budget).  A grant
+		 * may have been made whose answer we did not get; the same owner's
+		 * next acquire returns it.
+		 */
+		remember_connect_error(outcome == QUERY_DONE ? PQresultErrorMessage(res) :
+							   outcome == QUERY_DEADLINE ? "no answer in time" :
+							   PQerrorMessage(*conn));
+		info("the wait for lease \"%s\" was cut; reconnecting", opts->name);
+		PQclear(res);
+		PQfinish(*conn);
+		*conn = NULL;
+	}
 }
 
 /*
@@ -397,7 +843,7 @@ renew(PGconn **conn, const RunOptions *opts, Lease *lease, pid_t child, const ch
 			return false;
 		}
 		PQfinish(*conn);
-		*conn = db_connect(opts->dbname, false);
+		*conn = connect_once(opts->dbname, lease->valid_until, child, false);
 		if (*conn == NULL)
 		{
 			info("reconnect failed; retrying in %.1fs", lease->retry_s);
@@ -412,7 +858,7 @@ renew(PGconn **conn, const RunOptions *opts, Lease *lease, pid_t child, const ch
 	outcome = query_until(*conn,
 						  "SELECT extract(epoch FROM expires_at - clock_timestamp()), expires_at"
 						  "  FROM dlock.renew($1, $2, $3::interval)",
-						  3, params, lease->valid_until, child, &res);
+						  3, params, lease->valid_until, child, false, &res);
 	if (outcome == QUERY_DONE && db_result_ok(res))
 	{
 		if (PQgetisnull(res, 0, 0))
@@ -441,47 +887,55 @@ renew(PGconn **conn, const RunOptions *opts, Lease *lease, pid_t child, const ch
 	return true;
 }
 
-/* release - give the lease back after the child has exited */
 static void
-release(PGconn **conn, const RunOptions *opts, Lease *lease)
+free_lease(Lease *lease)
 {
-	const char *params[2] = {opts->name, lease->owner};
-	PGresult   *res = NULL;
-
-	if (*conn == NULL || PQstatus(*conn) != CONNECTION_OK)
-	{
-		PQfinish(*conn);
-		*conn = db_connect(opts->dbname, false);
-	}
-	if (*conn != NULL &&
-		query_until(*conn, "SELECT dlock.release($1, $2)", 2, params,
-					now_s() + 10, 0, &res) == QUERY_DONE && db_result_ok(res))
-	{
-		if (strcmp(PQgetvalue(res, 0, 0), "t") == 0)
-			info("released lease \"%s\"", opts->name);
-		else
-			complain("lease \"%s\" was no longer held when the command ended", opts->name);
-	}
-	else
-		complain("could not release lease \"%s\"; it ends at its expiry", opts->name);
-	PQclear(res);
+	free(lease->owner);
+	free(lease->token);
+	free(lease->expires_at);
 }
 
 int
 run_command(const RunOptions *opts)
 {
-	PGconn	   *conn = db_connect(opts->dbname, true);
+	double		started = now_s();
+	double		wait_deadline = started;
+	double		wait_s;
+	PGconn	   *conn;
 	Lease		lease = {0};
 	double		kill_after;
 	double		kill_at = 0;
 	pid_t		child;
 	int			status = 0;
+	int			code;
 	const char *lost = NULL;
 	bool		killed = false;
 
+	install_handlers();
+
+	/*
+	 * The budget for reaching the server, until the server can read --wait
+	 * itself; text the client cannot read allows a single attempt.
+	 */
+	if (opts->wait == NULL)
+		wait_deadline = INFINITY;
+	else if (parse_duration(opts->wait, &wait_s))
+		wait_deadline = started + wait_s;
+	conn = connect_until(opts->dbname, wait_deadline);
+	if (pending_signal != 0)
+	{
+		PQfinish(conn);
+		return stopped(opts);
+	}
+	if (conn == NULL)
+	{
+		complain("could not connect to the database: %s", connect_error);
+		return EXIT_UNAVAILABLE;
+	}
+
 	lease.ttl_s = check_duration(conn, "--ttl", opts->ttl, true);
 	if (opts->wait != NULL)
-		(void) check_duration(conn, "--wait", opts->wait, false);
+		wait_deadline = started + check_duration(conn, "--wait", opts->wait, false);
 	if (opts->lock_delay != NULL)
 		(void) check_duration(conn, "--lock-delay", opts->lock_delay, false);
 	kill_after = check_duration(conn, "--kill-after", opts->kill_after, false);
@@ -497,14 +951,23 @@ run_command(const RunOptions *opts)
 		return EXIT_USAGE;
 	}
 
-	install_handlers();
-	acquire(conn, opts, &lease);
-	child = spawn_child(opts, &lease);
-	if (child < 0)
+	lease.owner = opts->owner != NULL ? strdup(opts->owner) : random_owner();
+	code = acquire(&conn, opts, &lease, wait_deadline);
+	if (code != EXIT_OK)
 	{
+		PQfinish(conn);
+		free_lease(&lease);
+		return code;
+	}
+
+	child = spawn_child(opts, &lease);
+	if (child <= 0)
+	{
+		code = child == 0 ? stopped(opts) : EXIT_SOFTWARE;
 		release(&conn, opts, &lease);
 		PQfinish(conn);
-		return EXIT_SOFTWARE;
+		free_lease(&lease);
+		return code;
 	}
 
 	for (;;)
@@ -544,16 +1007,14 @@ run_command(const RunOptions *opts)
 			: killed ? now + 1 : kill_at;
 		fds[0].fd = signal_pipe[0];
 		fds[0].events = POLLIN;
-		if (poll(fds, 1, (int) fmax(0, ceil((wake - now) * 1000))) > 0)
+		if (poll(fds, 1, poll_timeout(wake)) > 0)
 			drain_signal_pipe();
 	}
 
 	if (lost == NULL)
 		release(&conn, opts, &lease);
 	PQfinish(conn);
-	free(lease.owner);
-	free(lease.token);
-	free(lease.expires_at);
+	free_lease(&lease);
 	close(signal_pipe[0]);
 	close(signal_pipe[1]);
 

@@ -1,7 +1,9 @@
 # The dlock command: runs a command under a lease, gives it the token,
 # releases on exit, stops it promptly when the lease is lost, survives a
 # server restart, forwards signals, and rejects bad arguments.  A signal
-# between fork and exec is not lost; the command stops when dlock is killed.
+# ends a wait for the lease at once and runs nothing; a signal between fork
+# and exec is not lost; the command stops when dlock is killed; --wait rides
+# out a server that is down at the start or restarts during the wait.
 
 use strict;
 use warnings FATAL => 'all';
@@ -46,6 +48,23 @@ sub ticking_child
 	my ($file, $seconds) = @_;
 	return ('sh', '-c', "end=\$((\$(date +%s) + $seconds)); while [ \$(date +%s) -lt \$end ]; do date +%s.%N >> $file; sleep 0.05; done");
 }
+
+# Poll a query every 50 ms until it returns 't', for at most $seconds
+sub poll_until
+{
+	my ($sql, $seconds) = @_;
+	my $until = time + $seconds;
+	while (time < $until)
+	{
+		return 1 if $node->safe_psql('postgres', $sql) eq 't';
+		sleep 0.05;
+	}
+	return 0;
+}
+
+# dlock.acquire calls of the dlock command that the server is running
+my $waiting_sql = q{SELECT count(*) FROM pg_stat_activity
+	WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%FROM dlock.acquire($1%'};
 
 sub last_tick
 {
@@ -104,6 +123,34 @@ my $t0 = time;
 is("$rc $out", "0 second\n", 'with --wait the second run waits and then runs');
 $first->finish;
 is($first->full_result >> 8, 0, 'the first run ended normally');
+
+note 'a signal ends a wait for the lease at once';
+foreach my $sig ([ 'TERM', 15 ], [ 'INT', 2 ])
+{
+	my ($signame, $signo) = @$sig;
+	my $ran = "$dir/ran-after-$signame";
+	$node->safe_psql('postgres', q{SELECT dlock.acquire('held', '1h', 'holder')});
+	my $w = IPC::Run::start([ $dlock, 'run', 'held', '--wait', '5s', '--', 'touch', $ran ],
+		'2>', \my $wait_err);
+	poll_until("SELECT ($waiting_sql) = 1", 10) or die 'run did not wait';
+	my $sent = time;
+	$w->signal($signame);
+	$w->pump_nb while $w->pumpable && time < $sent + 2 && sleep 0.01;
+	my $took = time - $sent;
+	is($node->safe_psql('postgres', $waiting_sql), '0', "SIG$signame: no acquire is left waiting on the server");
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE objsubid = 17485}), '0',
+		"SIG$signame: and nothing in the queue");
+	# the lease comes now: a run that is still waiting would take it
+	$node->safe_psql('postgres', q{SELECT dlock.release('held', 'holder')});
+	$w->finish;
+	is($w->full_result >> 8, 128 + $signo, "SIG$signame while waiting: dlock exits with 128 + $signo");
+	cmp_ok($took, '<', 1.0, "SIG$signame: at once");
+	note sprintf 'SIG%s ended the wait in %.3f s', $signame, $took;
+	ok(!-e $ran, "SIG$signame: the command was not run when the lease came");
+	is($node->safe_psql('postgres', q{SELECT dlock.try_acquire('held', '1h', 'other') IS NOT NULL}), 't',
+		"SIG$signame: the released name is grantable at once: no waiter kept its place");
+	$node->safe_psql('postgres', q{SELECT dlock.release('held', 'other')});
+}
 
 # A fork() that makes the child wait SLOW_FORK_SECONDS before it returns,
 # so that signals can be sent into the window between fork and exec
@@ -263,6 +310,47 @@ $h->signal('KILL');
 $h->finish;
 ok($node->poll_query_until('postgres', q{SELECT state = 'session_ended' FROM dlock.leases WHERE name = 'bound'}),
 	'with --session-bound, the lease ends with the crashed dlock');
+
+note '--wait rides out a server that is down or restarts';
+$node->stop;
+($rc, $out, $err) = run_dlock('run', 'down', '--', 'true');
+is($rc, 69, 'without --wait, a server that is down gives 69');
+like($err, qr/could not connect to the database/, 'and says so');
+$t0 = time;
+($rc) = run_dlock('run', 'down', '--wait', '1s', '--', 'true');
+my $waited = time - $t0;
+is($rc, 69, 'with --wait 1s, 69 once the wait ran out');
+cmp_ok($waited, '>=', 0.9, 'after retrying for all of the wait');
+cmp_ok($waited, '<', 3, 'and not much longer');
+$h = IPC::Run::start([ $dlock, 'run', 'down', '--wait', '20s', '--', 'true' ], '2>', \my $down_err);
+sleep 0.5;
+$t0 = time;
+$h->signal('TERM');
+$h->finish;
+is($h->full_result >> 8, 128 + 15, 'SIGTERM while retrying the connection: 128 + 15');
+cmp_ok(time - $t0, '<', 1.0, 'at once');
+$h = IPC::Run::start([ $dlock, 'run', 'down', '--wait', '20s', '--', 'echo', 'up' ],
+	'>', \my $up_out, '2>', \my $up_err);
+sleep 2;
+$node->start;
+my $up_at = time;
+$h->finish;
+is($h->full_result >> 8, 0, 'a run started while the server was down gets the lease once it is up')
+  or diag $up_err;
+is($up_out, "up\n", 'and runs the command');
+note sprintf 'the command ran %.2f s after the server was up', time - $up_at;
+
+$node->safe_psql('postgres', q{SELECT dlock.acquire('restarted', '1h', 'holder')});
+$h = IPC::Run::start([ $dlock, 'run', 'restarted', '--wait', '30s', '-v', '--', 'echo', 'got it' ],
+	'>', \my $rs_out, '2>', \my $rs_err);
+poll_until("SELECT ($waiting_sql) = 1", 10) or die 'run did not wait';
+$node->restart;
+ok(poll_until("SELECT ($waiting_sql) = 1", 10), 'after a server restart, the run waits again');
+$node->safe_psql('postgres', q{SELECT dlock.release('restarted', 'holder')});
+$h->finish;
+is($h->full_result >> 8, 0, 'and gets the lease when the holder releases it') or diag $rs_err;
+is($rs_out, "got it\n", 'and runs the command');
+like($rs_err, qr/reconnected/, 'having reconnected');
 
 note 'status, release, force-release';
 $node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
