@@ -12,7 +12,8 @@ PGFILEDESC = "dlock - leased, fenced locks"
 REGRESS        = api errors transactions security waiting storage extension subtransactions holder
 REGRESS_OPTS   = --load-extension=dlock
 ISOLATION      = race fence_regrant stale_snapshot rollback \
-                 fifo queue_timeout lock_delay expiry_wakeup session_bound
+                 fifo queue_timeout lock_delay expiry_wakeup session_bound \
+                 same_owner_retry
 ISOLATION_OPTS = --load-extension=dlock
 TAP_TESTS      = 1
 

@@ -475,15 +475,17 @@ dlock_acquire(PG_FUNCTION_ARGS)
 		 * Others wait for the name.  The same owner asking again for its own
 		 * live lease is answered at once, with the same token and a new
 		 * expiry, as try_acquire would: it must not queue behind the
-		 * waiters for a lease it holds.
+		 * waiters for a lease it holds.  This look does not wait for the
+		 * name's lock: a caller that is not the holder must take its place
+		 * in the queue, not line up on the lock outside it.
 		 */
-		outcome = AttemptGrant(&req, limit, true, &row, &wait);
+		outcome = AttemptGrant(&req, NoWait, true, &row, &wait);
 		if (outcome == GRANT_DONE)
 		{
 			error_context_stack = waitcontext.previous;
 			PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 		}
-		if (outcome == GRANT_BUSY || !QueueJoin(&req.name, limit))
+		if (!QueueJoin(&req.name, limit))
 		{
 			error_context_stack = waitcontext.previous;
 			AcquireTimedOut(&req.name, GRANT_QUEUED);
