@@ -10,11 +10,15 @@ DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
 REGRESS        = api errors transactions security waiting storage extension subtransactions holder
-REGRESS_OPTS   = --load-extension=dlock
+# Regression and isolation tests start a private instance unless TEMP_INSTANCE
+# is set empty (then they use the server of the libpq environment)
+TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
+                 --temp-config=$(CURDIR)/test/temp-instance.conf
+REGRESS_OPTS   = --load-extension=dlock $(TEMP_INSTANCE)
 ISOLATION      = race fence_regrant stale_snapshot rollback \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
                  same_owner_retry
-ISOLATION_OPTS = --load-extension=dlock
+ISOLATION_OPTS = --load-extension=dlock $(TEMP_INSTANCE)
 TAP_TESTS      = 1
 
 EXTRA_CLEAN = tmp_instance cli/dlock
@@ -27,6 +31,16 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 
 include $(PGXS)
+
+# Against one's own server the suite needs prepared transactions: say so
+# instead of failing in the middle
+ifeq ($(strip $(TEMP_INSTANCE)),)
+installcheck: check-server-settings
+endif
+.PHONY: check-server-settings
+check-server-settings:
+	@test "$$(psql -XAtc 'SHOW max_prepared_transactions' 2>/dev/null || echo 0)" -gt 0 || \
+		{ echo "make installcheck needs a server with max_prepared_transactions > 0 (the tests use PREPARE TRANSACTION), and a superuser"; exit 1; }
 
 # The dlock command-line client (cli/), built and installed with the module
 CLI_SRCS   = cli/main.c cli/db.c cli/run.c

@@ -28,12 +28,16 @@ ensure_packages() {
             missing+=("$pkg")
     done
     if [ ${#missing[@]} -gt 0 ]; then
+        local had_cluster=no
+        [ -d "/etc/postgresql/$PG_MAJOR/main" ] && had_cluster=yes
         say "installing ${missing[*]}"
         as_root apt-get update -qq
         as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
             --no-install-recommends "${missing[@]}" >/dev/null
-        # Debian's package may have started a default cluster: not ours to keep
-        if as_root pg_ctlcluster "$PG_MAJOR" main status >/dev/null 2>&1; then
+        # Installing the server package creates and starts a default cluster:
+        # stop it only if this install made it, never one that was there before
+        if [ "$had_cluster" = no ] &&
+            as_root pg_ctlcluster "$PG_MAJOR" main status >/dev/null 2>&1; then
             as_root pg_ctlcluster "$PG_MAJOR" main stop || true
         fi
     fi

@@ -54,11 +54,9 @@ run_suite() {
     failed=$((failed + bad))
 }
 
-TEMP_INSTANCE="--temp-instance=$WORK/instance --temp-config=$WORK/src/test/temp-instance.conf"
-run_suite regress installcheck ISOLATION= TAP_TESTS= \
-    EXTRA_REGRESS_OPTS="$TEMP_INSTANCE"
-run_suite isolation installcheck REGRESS= TAP_TESTS= \
-    EXTRA_REGRESS_OPTS="$TEMP_INSTANCE"
+# Both start a private instance in the copy (TEMP_INSTANCE in the Makefile)
+run_suite regress installcheck ISOLATION= TAP_TESTS=
+run_suite isolation installcheck REGRESS= TAP_TESTS=
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
 # run_check TITLE SUMMARY-REGEX COMMAND...: a whole-program check that
