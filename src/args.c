@@ -13,6 +13,8 @@
  * arithmetic overflow.  A day counts as 24 hours, because lease expiry is
  * measured on the server's clock, not in a time zone's calendar.
  *
+ * Invariants: I12 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION

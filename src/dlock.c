@@ -11,6 +11,8 @@
  * manager and are woken through their latches, so it works the same with
  * and without shared_preload_libraries.
  *
+ * Invariants: I5 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION

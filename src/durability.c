@@ -28,6 +28,8 @@
  * made less durable.  The WAL of a release call includes the page prunes of
  * its reads, which need no durability of their own.
  *
+ * Invariants: I1, I9 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION

@@ -28,6 +28,8 @@
  * A false answer releases the lock it took, so a stale holder's refused
  * write does not hold up the next grant.
  *
+ * Invariants: I3, I4 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION

@@ -15,6 +15,8 @@
  * which gives FIFO queueing, deadlock detection, lock_timeout, cancellation
  * and pg_locks visibility.
  *
+ * Invariants: I2 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION

@@ -30,6 +30,8 @@
  * locks, dlock's included: they end this backend's session-bound leases.
  * The entries stay until SessionLeasePrune() or exit notices the lock gone.
  *
+ * Invariants: I6 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION

@@ -28,6 +28,8 @@
  * PREPARE: the head then waits in the lock manager for the prepared
  * transaction's lock on the name (QueueWakesAtEOXact).
  *
+ * Invariants: I7 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION
