@@ -13,7 +13,9 @@
  *		expires.  A sample is the new grant time minus the old expiry, both
  *		on the server's clock.
  *
- *	Prints "median_ms p99_ms max_ms samples" on one line.
+ *	Prints "median_ms p99_ms max_ms samples" on one line.  With
+ *	HANDOFF_SAMPLES=FILE in the environment, also writes every sample to
+ *	FILE, in milliseconds, one a line, in the order they were taken.
  */
 #include <errno.h>
 #include <poll.h>
@@ -122,9 +124,33 @@ cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* write_samples - the raw samples to the file HANDOFF_SAMPLES names, if any */
+static void
+write_samples(const double *samples, int n)
+{
+	const char *path = getenv("HANDOFF_SAMPLES");
+	FILE	   *f;
+
+	if (path == NULL || path[0] == '\0')
+		return;
+	if ((f = fopen(path, "w")) == NULL)
+	{
+		fprintf(stderr, "handoff: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%.3f\n", samples[i]);
+	if (fclose(f) != 0)
+	{
+		fprintf(stderr, "handoff: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+}
+
 static void
 report(double *samples, int n)
 {
+	write_samples(samples, n);
 	qsort(samples, n, sizeof(double), cmp_double);
 	printf("%.3f %.3f %.3f %d\n",
 		   samples[n / 2], samples[(int) (n * 0.99)], samples[n - 1], n);
