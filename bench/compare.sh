@@ -23,9 +23,13 @@
 # Methods run in turn (A B C A B C ...), REPS times each with a fixed
 # duration; the tables show the median of the repetitions.
 #
-# Needs dlock installed (make install).  Installs redis-server and
-# libhiredis-dev when they are missing.  BENCH_QUICK=1 runs in under a
-# minute to show that the benchmark works; its figures mean nothing.
+# The lock-cycle tables also go, one row a method and workload, into
+# cycle-rate.tsv in BENCH_OUT (default bench/results), with the run's date and
+# mode in compare-info.tsv, and as the chart cycle-rate.svg (bench/charts.sh).
+#
+# Needs dlock installed (make install).  Installs redis-server, libhiredis-dev
+# and gnuplot-nox when they are missing.  BENCH_QUICK=1 runs in under a minute
+# to show that the benchmark works; its figures mean nothing.
 # SECONDS_PER_RUN, REPS, FENCE_REPS, SCALE_REPS, SCALE_WARMUP_SECONDS, POLL_MS
 # and CHURN_SECONDS override the defaults; BENCH_SECTIONS picks some of the
 # parts: cycles fence churn scale (churn's table counts what ran before it).
@@ -54,7 +58,7 @@ T0=$(date +%s)
 
 ensure_bench_packages() {
     local missing=() pkg
-    for pkg in redis-server libhiredis-dev; do
+    for pkg in redis-server libhiredis-dev gnuplot-nox; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' ||
             missing+=("$pkg")
     done
@@ -231,7 +235,8 @@ alternate() {
 }
 
 # print_table: one table of LABELS and the medians of RESULTS; the first
-# method is the durable floor
+# method is the durable floor.  With TSV_ROW set (the workload's columns),
+# also adds a row a method, named by KEYS, to cycle-rate.tsv
 print_table() {
     local i col floor_ops ops mean p99 misses
     printf '| %-44s | %9s | %8s | %8s | %7s | %8s |\n' method ops/s "mean ms" "p99 ms" "x floor" misses
@@ -244,6 +249,8 @@ print_table() {
         [ "$i" = 0 ] && floor_ops=$ops
         printf '| %-44s | %9.0f | %8.3f | %8.3f | %7.2f | %8.0f |\n' "${LABELS[i]}" \
             "$ops" "$mean" "$p99" "$(awk -v a="$ops" -v b="$floor_ops" 'BEGIN { print a / b }')" "$misses"
+        [ -z "${TSV_ROW:-}" ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$TSV_ROW" "${KEYS[i]}" \
+            "${LABELS[i]}" "$ops" "$mean" "$p99" "$misses" >>"$OUT/cycle-rate.tsv"
     done
 }
 
@@ -284,6 +291,7 @@ cycle_table() {
           "pg_run plpgsql.sql $clients $pgsync $names $poll"
           "pg_run $([ "$names" = 1 ] && echo dlock_wait.sql || echo dlock_try.sql) $clients $pgsync $names $poll"
           "redis_run $clients $names $poll")
+    KEYS=(floor advisory_xact advisory_session shedlock plpgsql dlock redis)
     alternate
     if [ "$sync" = cpu ]; then
         psql_do -c 'ALTER SYSTEM RESET fsync' -c 'SELECT pg_reload_conf()' >/dev/null
@@ -291,7 +299,7 @@ cycle_table() {
     echo
     echo "### $what, $setting (Redis: appendfsync $aof)"
     echo
-    print_table
+    TSV_ROW="$what"$'\t'"$clients"$'\t'"$names"$'\t'"$sync" print_table
 }
 
 echo "# dlock compared, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -308,6 +316,14 @@ echo "* mean, p99: latency of a granted cycle (acquire to end of release), from 
 echo "  per-transaction log or the Redis client. x floor: ops/s divided by the durable floor's."
 
 if section cycles; then
+    OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
+    mkdir -p "$OUT"
+    printf '%s\t%s\n' date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+        mode "$([ "${BENCH_QUICK:-0}" = 1 ] && echo quick || echo full)" \
+        postgres "$(psql_val 'SHOW server_version')" redis "$(redis-server --version | awk '{ print $3 }' | sed 's/^v=//')" \
+        cpus "$(nproc)" seconds_per_run "$SECONDS_PER_RUN" reps "$REPS" >"$OUT/compare-info.tsv"
+    printf 'workload\tclients\tnames\tsetting\tmethod\tlabel\tops_per_s\tmean_ms\tp99_ms\tmisses\n' \
+        >"$OUT/cycle-rate.tsv"
     for sync in on off; do
         for clients in 1 8 32; do
             [ "${BENCH_QUICK:-0}" = 1 ] && [ "$clients" != 8 ] && continue
@@ -318,6 +334,8 @@ if section cycles; then
         cycle_table 8 1 "$sync"
     done
     cycle_table 8 "$NAMES" cpu
+    echo
+    BENCH_OUT=$OUT bash "$SRC_DIR/bench/charts.sh" cycles
 fi
 
 # --- fenced UPDATE ------------------------------------------------------------

@@ -7,6 +7,11 @@
 #
 # BENCH_QUICK=1 runs a few seconds in all, to check that the benchmark works
 # (make test does this); figures from it mean nothing.
+#
+# Also writes its figures as tab-separated files into BENCH_OUT (default
+# bench/results): waiting.tsv, hot-name.tsv, every handoff sample in
+# handoff-samples.tsv, the run's date and mode in run-info.tsv, and the chart
+# handoff-latency.svg (bench/charts.sh; skipped without gnuplot).
 
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
@@ -31,13 +36,30 @@ run() { as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres PGDATA
 run psql -X -q -c 'CREATE EXTENSION dlock'
 CONN="host=$PGHOST port=$PGPORT user=postgres dbname=postgres"
 
+OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
+mkdir -p "$OUT"
+printf 'date\t%s\nmode\t%s\npostgres\t%s\ncpus\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+    "$([ "${BENCH_QUICK:-0}" = 1 ] && echo quick || echo full)" \
+    "$(run psql -X -At -c 'SHOW server_version')" "$(nproc)" >"$OUT/run-info.tsv"
+printf 'workload\tmedian_ms\tp99_ms\tmax_ms\tsamples\n' >"$OUT/waiting.tsv"
+printf 'kind\twaiters\tsample_ms\n' >"$OUT/handoff-samples.tsv"
+printf 'clients\tcycles_per_s\tmean_ms\n' >"$OUT/hot-name.tsv"
+# handoff_samples KIND WAITERS: the samples of handoff's last run, into the table
+handoff_samples() {
+    awk -v k="$1" -v w="$2" '{ print k "\t" w "\t" $1 }' "$BIN/samples" >>"$OUT/handoff-samples.tsv"
+}
+
 printf '\n%-44s %12s %12s %12s %8s\n' "workload" "median ms" "p99 ms" "max ms" "samples"
 for waiters in 1 16; do
-    read -r med p99 max n < <(run "$BIN/handoff" release "$CONN" "$waiters" "$CYCLES")
+    read -r med p99 max n < <(run env HANDOFF_SAMPLES="$BIN/samples" "$BIN/handoff" release "$CONN" "$waiters" "$CYCLES")
     printf '%-44s %12s %12s %12s %8s\n' "release-to-grant, $waiters waiter(s)" "$med" "$p99" "$max" "$n"
+    printf '%s\t%s\t%s\t%s\t%s\n' "release-to-grant, $waiters waiter(s)" "$med" "$p99" "$max" "$n" >>"$OUT/waiting.tsv"
+    handoff_samples release "$waiters"
 done
-read -r med p99 max n < <(run "$BIN/handoff" expiry "$CONN" "$EXPIRY_CYCLES" 50)
+read -r med p99 max n < <(run env HANDOFF_SAMPLES="$BIN/samples" "$BIN/handoff" expiry "$CONN" "$EXPIRY_CYCLES" 50)
 printf '%-44s %12s %12s %12s %8s\n' "expiry-to-grant (server clock), 1 waiter" "$med" "$p99" "$max" "$n"
+printf '%s\t%s\t%s\t%s\t%s\n' "expiry-to-grant (server clock), 1 waiter" "$med" "$p99" "$max" "$n" >>"$OUT/waiting.tsv"
+handoff_samples expiry 1
 
 printf '\n%-44s %12s %12s\n' "workload" "cycles/s" "mean ms"
 for clients in 8 32; do
@@ -47,7 +69,10 @@ for clients in 8 32; do
     lat=$(sed -nE 's/^latency average = ([0-9.]+) ms/\1/p' <<<"$out")
     if [ -z "$tps" ]; then echo "$out" >&2; exit 1; fi
     printf '%-44s %12s %12s\n' "one hot name, $clients clients" "$tps" "$lat"
+    printf '%s\t%s\t%s\n' "$clients" "$tps" "$lat" >>"$OUT/hot-name.tsv"
 done
+echo
+BENCH_OUT=$OUT bash "$SRC_DIR/bench/charts.sh" handoff
 
 # The queue leaves nothing behind
 left=$(run psql -X -At -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17486")

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# bench/charts.sh [CHART...]: SVG charts of the data files that the benchmarks
+# write into BENCH_OUT (default bench/results).  CHART is one of
+#
+#   handoff   handoff-latency.svg: distribution (CDF) of the release-to-grant
+#             and expiry-to-grant samples, from handoff-samples.tsv and
+#             run-info.tsv (bench/run.sh)
+#   cycles    cycle-rate.svg: lock cycles per second of each method in each
+#             workload, from cycle-rate.tsv and compare-info.tsv
+#             (bench/compare.sh)
+#
+# Without CHART, every chart whose data is there.  bench/run.sh and
+# bench/compare.sh call it after writing their data; it can be run again by
+# hand.  The titles give the date of the run and say "quick mode" when the
+# data came from BENCH_QUICK=1.  Without gnuplot (Debian: gnuplot-nox) it
+# prints a note and draws nothing.
+
+set -euo pipefail
+
+SRC_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
+
+if ! command -v gnuplot >/dev/null; then
+    echo "note: gnuplot is not installed (Debian package gnuplot-nox): no charts drawn;" \
+        "the data files are in $OUT"
+    exit 0
+fi
+
+# info FILE KEY: the value of KEY in a two-column info file
+info() { awk -F '\t' -v k="$2" '$1 == k { print $2; exit }' "$1"; }
+
+# subtitle FILE: the line under a chart's title, from its info file
+subtitle() {
+    local mode="" redis
+    [ "$(info "$1" mode)" = quick ] && mode="QUICK MODE (smoke run, figures mean nothing) - "
+    redis=$(info "$1" redis)
+    printf '%s%s; PostgreSQL %s%s, %s CPUs' "$mode" "$(info "$1" date)" \
+        "$(info "$1" postgres)" "${redis:+, Redis $redis}" "$(info "$1" cpus)"
+}
+
+# has_rows FILE: FILE exists and has data below its header line
+has_rows() { [ -f "$1" ] && [ "$(wc -l <"$1")" -gt 1 ]; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/charts.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+TERMINAL='set terminal svg size 1200,700 dynamic noenhanced font "sans,13" background "#ffffff"'
+
+# --- handoff latency ----------------------------------------------------------
+
+chart_handoff() {
+    local data=$OUT/handoff-samples.tsv meta=$OUT/run-info.tsv plot="" i=0 title
+    # One block per workload, in the order the file has them: each sample with
+    # the share of its workload's samples at or below it (from 0 at the first)
+    tail -n +2 "$data" |
+        awk -F '\t' '!(($1 FS $2) in order) { order[$1 FS $2] = ++n } { print order[$1 FS $2] "\t" $0 }' |
+        sort -t "$(printf '\t')" -k1,1n -k4,4g >"$TMP/sorted.tsv"
+    awk -F '\t' 'NR == FNR { count[$1]++; next }
+                 $1 != last { if (last != "") printf "\n\n"; last = $1; i = 0; printf "%s\t0\n", $4 }
+                 { printf "%s\t%.6f\n", $4, ++i / count[$1] }' "$TMP/sorted.tsv" "$TMP/sorted.tsv" \
+        >"$TMP/cdf.tsv"
+    while IFS=$'\t' read -r kind waiters n; do
+        case $kind in
+            release) title="release-to-grant, $waiters waiter$([ "$waiters" = 1 ] || echo s)" ;;
+            expiry) title="expiry-to-grant (server clock), $waiters waiter" ;;
+            *) title="$kind, $waiters" ;;
+        esac
+        plot+="${plot:+, }'$TMP/cdf.tsv' index $i using 1:2 with steps lw 2 title '$title ($n samples)'"
+        i=$((i + 1))
+    done < <(tail -n +2 "$data" |
+        awk -F '\t' '!(($1 FS $2) in n) { order[++k] = $1 FS $2 } { n[$1 FS $2]++ }
+                     END { for (i = 1; i <= k; i++) print order[i] "\t" n[order[i]] }')
+    gnuplot <<EOF
+$TERMINAL
+set output '$OUT/handoff-latency.svg'
+set datafile separator "\t"
+set title "dlock: time from one holder to the next\n$(subtitle "$meta")"
+set xlabel 'latency (ms, log scale)'
+set ylabel 'share of samples at or below the latency'
+set logscale x
+set format x '%g'
+set xtics (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+set yrange [0:1.03]
+set ytics 0, 0.1, 1
+set grid xtics ytics lc rgb '#dddddd'
+set rmargin 8
+set arrow from graph 0, first 0.5 to graph 1, first 0.5 nohead dt 2 lc rgb '#888888'
+set arrow from graph 0, first 0.99 to graph 1, first 0.99 nohead dt 2 lc rgb '#888888'
+set label 'median' at graph 1.01, first 0.5 left textcolor rgb '#555555'
+set label 'p99' at graph 1.01, first 0.99 left textcolor rgb '#555555'
+set key left top box opaque
+plot $plot
+EOF
+    echo "chart: $OUT/handoff-latency.svg"
+}
+
+# --- cycle rate ---------------------------------------------------------------
+
+# Method keys, in bar order, and their legend titles and colours (dlock's stands out)
+METHODS=(floor advisory_xact advisory_session shedlock plpgsql dlock redis)
+declare -A METHOD_TITLE=(
+    [floor]="durable floor: 2 x one-row UPDATE"
+    [advisory_xact]="pg_advisory_xact_lock"
+    [advisory_session]="pg_advisory_lock + unlock"
+    [shedlock]="ShedLock-style upsert + UPDATE"
+    [plpgsql]="PL/pgSQL lease with token"
+    [dlock]="dlock"
+    [redis]="Redis SET NX PX + EVAL delete (AOF)"
+)
+declare -A METHOD_COLOR=(
+    [floor]="#7f7f7f" [advisory_xact]="#9ecae1" [advisory_session]="#4292c6"
+    [shedlock]="#fdae6b" [plpgsql]="#e6550d" [dlock]="#a50f15" [redis]="#31a354"
+)
+
+chart_cycles() {
+    local data=$OUT/cycle-rate.tsv meta=$OUT/compare-info.tsv plot="" col m methods=() nm x xtic ymin ymax
+    # Which methods the file has, in bar order
+    for m in "${METHODS[@]}"; do
+        awk -F '\t' -v m="$m" 'NR > 1 && $5 == m { found = 1 } END { exit !found }' "$data" &&
+            methods+=("$m")
+    done
+    nm=${#methods[@]}
+    # One row a workload (in the order run), one column a method: the x
+    # label's three lines, then cycles per second
+    awk -F '\t' -v list="${methods[*]}" '
+        BEGIN { nm = split(list, m, " ") }
+        NR == 1 { next }
+        !(($2 FS $3 FS $4) in row) {
+            row[$2 FS $3 FS $4] = ++n
+            what[n] = ($3 == 1 ? "hot name" : "random names") "\t" $2 " client" ($2 == 1 ? "" : "s")
+            how[n] = ($4 == "cpu" ? "fsync off" : "sync " $4)
+        }
+        { ops[row[$2 FS $3 FS $4], $5] = $7 }
+        END {
+            for (r = 1; r <= n; r++) {
+                line = what[r] "\t" how[r]
+                for (j = 1; j <= nm; j++) line = line "\t" ops[r, m[j]]
+                print line
+            }
+        }' "$data" >"$TMP/wide.tsv"
+    # The y axis starts at the power of ten below the lowest bar
+    # and leaves room above the highest for its label
+    read -r ymin ymax < <(awk -F '\t' 'NR > 1 && $7 > 0 { if (min == "" || $7 < min + 0) min = $7; if ($7 > max + 0) max = $7 }
+                        END { e = 1; while (e * 10 <= min) e *= 10; print e, max * 2.5 }' "$data")
+    col=4
+    for m in "${methods[@]}"; do
+        x="(\$0 + ($((col - 4)) - ($nm - 1) / 2.0) * w)"
+        xtic=""
+        [ "$col" != 4 ] || xtic=':xtic(stringcolumn(1) . "\n" . stringcolumn(2) . "\n" . stringcolumn(3))'
+        plot+="${plot:+, }'$TMP/wide.tsv' using $x:$col$xtic with boxes fs solid 0.9 noborder lc rgb '${METHOD_COLOR[$m]}' title '${METHOD_TITLE[$m]}'"
+        plot+=", '' using $x:(column($col) * 1.12):(sprintf('%.0f', column($col))) with labels rotate by 90 left font ',9' textcolor rgb '#333333' notitle"
+        col=$((col + 1))
+    done
+    gnuplot <<EOF
+$TERMINAL
+set output '$OUT/cycle-rate.svg'
+set datafile separator "\t"
+set title "Lock cycles (acquire + release) per second, by method and workload\n$(subtitle "$meta"); median of $(info "$meta" reps) run(s) of $(info "$meta" seconds_per_run) s each"
+set ylabel 'cycles per second (log scale)'
+set logscale y
+set format y '%.0f'
+set yrange [$ymin:$ymax]
+w = 0.8 / $nm
+set boxwidth w absolute
+set xrange [-0.6:$(($(wc -l <"$TMP/wide.tsv") - 1)).6]
+set xtics scale 0 font ',12'
+set grid ytics mytics lc rgb '#e5e5e5'
+set bmargin 9
+set key at screen 0.5, screen 0.1 center center horizontal maxrows 2 samplen 2 font ',12'
+set label 1 "sync on/off: synchronous_commit (Redis AOF appendfsync always/everysec); fsync off: no method waits for the disk (Redis appendfsync no).\nRandom names: out of 10,000; hot name: all clients on one name (the methods that cannot wait poll every 1 ms)." at screen 0.01, screen 0.045 font ',10'
+plot $plot
+EOF
+    echo "chart: $OUT/cycle-rate.svg"
+}
+
+charts=("$@")
+if [ ${#charts[@]} -eq 0 ]; then
+    has_rows "$OUT/handoff-samples.tsv" && charts+=(handoff)
+    has_rows "$OUT/cycle-rate.tsv" && charts+=(cycles)
+fi
+for chart in "${charts[@]}"; do
+    case $chart in
+        handoff) has_rows "$OUT/handoff-samples.tsv" || { echo "charts: no data in $OUT/handoff-samples.tsv" >&2; exit 1; } ;;
+        cycles) has_rows "$OUT/cycle-rate.tsv" || { echo "charts: no data in $OUT/cycle-rate.tsv" >&2; exit 1; } ;;
+        *) echo "usage: charts.sh [handoff] [cycles]" >&2; exit 64 ;;
+    esac
+    "chart_$chart"
+done
