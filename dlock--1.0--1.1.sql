@@ -312,3 +312,44 @@ SELECT s.name,
                   WHEN s.session_bound AND NOT dlock.holder_alive(s.token) THEN 'session_ended'
                   WHEN s.expires_at <= pg_catalog.clock_timestamp() THEN 'expired'
                   ELSE 'live' END AS state) st;
+
+--
+-- dlock.leases is computed by the same C code as the lease functions:
+-- dlock.lease_states() classifies each row as they do (src/lease_status.c),
+-- so the view shows the state that try_acquire, renew, release and fence()
+-- act on.  It reads the table through the caller's snapshot, as the SQL
+-- view of 1.0 did, with the state of the moment of the call, and shows
+-- owner only for leases whose holder role the caller has the privileges of.
+-- Like the view, it is for every role: EXECUTE stays granted to PUBLIC, as
+-- for the other lease functions (a view calls functions with the caller's
+-- rights).  The view keeps its columns, their types and name's collation,
+-- so views built on it survive; 1.0's definition still works with this
+-- module, for databases not yet updated.
+--
+CREATE FUNCTION dlock.lease_states(
+  OUT name text, OUT token bigint, OUT owner text,
+  OUT holder_role pg_catalog.regrole, OUT acquired_at timestamptz,
+  OUT expires_at timestamptz, OUT state text, OUT ended_at timestamptz,
+  OUT grantable_at timestamptz, OUT lock_delay interval,
+  OUT session_bound boolean, OUT holder_pid integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_lease_states'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION dlock.lease_states() IS
+  'Every name''s lease with its state now, as the lease functions see it: the rows of dlock.leases. owner is NULL for leases of roles whose privileges the caller does not have.';
+
+CREATE OR REPLACE VIEW dlock.leases AS
+SELECT l.name COLLATE pg_catalog."C" AS name,
+       l.token,
+       l.owner,
+       l.holder_role,
+       l.acquired_at,
+       l.expires_at,
+       l.state,
+       l.ended_at,
+       l.grantable_at,
+       l.lock_delay,
+       l.session_bound,
+       l.holder_pid
+  FROM dlock.lease_states() l;

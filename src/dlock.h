@@ -21,7 +21,11 @@
  *
  * The row is always read in its latest committed state (never through the
  * transaction snapshot), which is safe because the lock above is held and
- * every writer of the row holds it until its commit is visible.
+ * every writer of the row holds it until its commit is visible.  (The view
+ * dlock.leases is the exception: it shows what the caller's snapshot sees.)
+ *
+ * The states of a lease, and how each event changes them, are written down
+ * once, in lease_status.c.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -39,6 +43,7 @@
 #include "storage/itemptr.h"
 #include "storage/lock.h"
 #include "utils/relcache.h"
+#include "utils/snapshot.h"
 
 /*
  * dlock's lock spaces: values of LOCKTAG.locktag_field4.  Core advisory locks
@@ -106,6 +111,14 @@ extern int64 ArgGetToken(FunctionCallInfo fcinfo, int argno);
 extern int64 ArgGetLockDelay(FunctionCallInfo fcinfo, int argno);
 extern bool ArgGetBool(FunctionCallInfo fcinfo, int argno, const char *argname);
 
+/* How a lease ended, if it did (stored as text: see lease_status.c) */
+typedef enum LeaseEndReason
+{
+	LEASE_NOT_ENDED,
+	LEASE_END_RELEASED,			/* by its owner */
+	LEASE_END_FORCE_RELEASED	/* by force_release */
+} LeaseEndReason;
+
 /* One lease row as read from, or written to, dlock.lease_state */
 typedef struct LeaseRow
 {
@@ -116,16 +129,13 @@ typedef struct LeaseRow
 	Oid			holder_role;
 	TimestampTz acquired_at;
 	TimestampTz expires_at;
-	bool		ended;			/* released or force-released */
+	bool		ended;			/* end_reason != LEASE_NOT_ENDED */
 	TimestampTz ended_at;
-	const char *end_reason;		/* "released" or "force_released" */
-	int64		lock_delay_us;	/* after expiry or force-release */
-	bool		session_bound;	/* also ends when the holder's backend exits */
+	LeaseEndReason end_reason;
+	int64		lock_delay_us;
+	bool		session_bound;
 	int32		holder_pid;		/* backend that took a session-bound lease */
 } LeaseRow;
-
-#define END_RELEASED		"released"
-#define END_FORCE_RELEASED	"force_released"
 
 /* The relations behind the lease store, opened for one call */
 typedef struct LeaseStore
@@ -144,17 +154,57 @@ extern void LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *
 extern void LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row);
 extern int64 LeaseStoreNextToken(void);
 
-/* lease_status.c: what a lease row means at a given moment */
+/* A scan of every lease row, through a given snapshot (lease_store.c) */
+typedef struct LeaseStoreScan LeaseStoreScan;
+
+extern LeaseStoreScan *LeaseStoreBeginScan(LeaseStore *store, Snapshot snapshot);
+extern bool LeaseStoreScanNext(LeaseStoreScan *scan, LeaseRow *row, text **name);
+extern void LeaseStoreEndScan(LeaseStoreScan *scan);
+
+
+/*
+ * lease_status.c: the lease state model.  Its banner has the states, the
+ * events and the transitions between them.
+ */
+
+/* The state of a row, as dlock.leases shows it */
+typedef enum LeaseState
+{
+	LEASE_STATE_NONE,			/* no row: never granted */
+	LEASE_STATE_LIVE,
+	LEASE_STATE_EXPIRED,
+	LEASE_STATE_RELEASED,
+	LEASE_STATE_FORCE_RELEASED,
+	LEASE_STATE_SESSION_ENDED
+} LeaseState;
+
+/* Whether a name may be granted now */
 typedef enum LeaseStatus
 {
 	LEASE_FREE,					/* grantable now */
 	LEASE_LIVE,					/* held until *until, unless released */
-	LEASE_DELAYED				/* ended, in its lock-delay until *until */
+	LEASE_DELAYED				/* in its lock-delay until *until */
 } LeaseStatus;
 
+typedef struct LeaseClassification
+{
+	LeaseState	state;
+	LeaseStatus status;			/* grantability now */
+	TimestampTz until;			/* LEASE_LIVE: expiry; LEASE_DELAYED: end of
+								 * the lock-delay */
+	bool		has_grantable_at;	/* false for no row and session_ended */
+	TimestampTz grantable_at;	/* when the name is grantable, absent a
+								 * release (may be past) */
+} LeaseClassification;
+
+extern void LeaseClassify(const LeaseRow *row, TimestampTz now,
+						  bool holder_alive, LeaseClassification *result);
 extern LeaseStatus LeaseStatusAt(const LeaseRow *row, TimestampTz now,
 								 bool holder_alive, TimestampTz *until);
 extern bool LeaseHolderAlive(const LeaseRow *row);
+extern const char *LeaseStateName(LeaseState state);
+extern const char *LeaseEndReasonText(LeaseEndReason reason);
+extern LeaseEndReason LeaseEndReasonFromText(const char *text);
 
 static inline LeaseStatus
 LeaseStatusNow(const LeaseRow *row, TimestampTz now, TimestampTz *until)

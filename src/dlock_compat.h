@@ -17,6 +17,7 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "funcapi.h"
 #include "storage/lock.h"
 #include "utils/guc.h"
 
@@ -74,6 +75,41 @@ dlock_simple_heap_update(Relation rel, ItemPointer otid, HeapTuple tuple)
 #else
 #include "storage/sinvaladt.h"
 #define dlock_vxid_get_proc(vxid) BackendIdGetProc((vxid).backendId)
+#endif
+
+/*
+ * dlock_init_materialized_srf - set up a set-returning function's result as
+ * a tuplestore of its declared row type (InitMaterializedSRF() from 15 on)
+ */
+#if PG_VERSION_NUM >= 150000
+#define dlock_init_materialized_srf(fcinfo) InitMaterializedSRF(fcinfo, 0)
+#else
+#include "miscadmin.h"
+#include "utils/tuplestore.h"
+
+static inline void
+dlock_init_materialized_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tupdesc;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("materialize mode required, but it is not allowed in this context")));
+
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult =
+		tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
+							  false, work_mem);
+	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
+	MemoryContextSwitchTo(old);
+}
 #endif
 
 #endif							/* DLOCK_COMPAT_H */

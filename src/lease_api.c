@@ -4,29 +4,21 @@
  *	  The SQL functions that grant and end leases: try_acquire, acquire,
  *	  renew, release and force_release.
  *
- * Lease rules, all on the server's clock (GetCurrentTimestamp(), the value
- * clock_timestamp() returns, taken at the moment of the change):
+ * What each of these calls does to a lease in each of its states (grant,
+ * same-owner re-acquire, renew, release, force_release) is the table in
+ * lease_status.c; this file carries it out, under the name's lock:
  *
- *	- A lease is live from its grant until it expires or is released (see
- *	  lease_status.c for session-bound leases and lock-delay).
  *	- Waiters queue per name in arrival order (waiting.c); only the head of
  *	  the queue waits for the lease itself.
- *	- A grant of a name with no live lease issues a new token, larger than
- *	  every token issued before in this database.  It first waits, holding
- *	  DLOCK_GRANT_LOCKMODE, for every transaction that fenced a write under
- *	  the previous token.
- *	- The same owner asking again while its lease is live keeps its token and
- *	  gets a new expiry.  "The same owner" is the same owner string from a
- *	  role that has the privileges of the holder's role.
- *	- Renew, release and force_release change a live lease without a new
- *	  token.  They hold DLOCK_CHANGE_LOCKMODE, which serializes them with
- *	  grants but does not wait for fenced transactions.
+ *	- A grant of a new token first waits, holding DLOCK_GRANT_LOCKMODE, for
+ *	  every transaction that fenced a write under the previous token.
+ *	- Renew, release, force_release and the same owner's re-acquire change
+ *	  the row without a new token.  They hold DLOCK_CHANGE_LOCKMODE, which
+ *	  serializes them with grants but does not wait for fenced transactions.
  *
- * Every change is an ordinary write of the caller's transaction: it is
- * undone if the transaction rolls back.  The commit of a grant is always
- * durable, locally and on synchronous standbys (durability.c), even with
- * synchronous_commit = off, because a grant lost in a crash or a failover
- * would let its token be issued again.
+ * The commit of a grant is always durable, locally and on synchronous
+ * standbys (durability.c), even with synchronous_commit = off, because a
+ * grant lost in a crash or a failover would let its token be issued again.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -217,7 +209,7 @@ GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 	row->acquired_at = now;
 	row->expires_at = ExpiryAfter(now, req->ttl_us);
 	row->ended = false;
-	row->end_reason = NULL;
+	row->end_reason = LEASE_NOT_ENDED;
 	row->lock_delay_us = req->lock_delay_us;
 	row->session_bound = req->session_bound;
 	row->holder_pid = req->session_bound ? MyProcPid : 0;
@@ -574,7 +566,7 @@ dlock_renew(PG_FUNCTION_ARGS)
  */
 static void
 EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
-		 TimestampTz now, const char *reason)
+		 TimestampTz now, LeaseEndReason reason)
 {
 	row->ended = true;
 	row->ended_at = now;
@@ -611,7 +603,7 @@ dlock_release(PG_FUNCTION_ARGS)
 		ReleaseCallEnd(false);
 		PG_RETURN_BOOL(false);
 	}
-	EndLease(&store, &name, &row, now, END_RELEASED);
+	EndLease(&store, &name, &row, now, LEASE_END_RELEASED);
 	LeaseStoreClose(&store);
 	ReleaseCallEnd(true);
 	PG_RETURN_BOOL(true);
@@ -657,7 +649,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 						   holder ? holder : "(dropped role)")));
 	}
 
-	EndLease(&store, &name, &row, now, END_FORCE_RELEASED);
+	EndLease(&store, &name, &row, now, LEASE_END_FORCE_RELEASED);
 	LeaseStoreClose(&store);
 	PG_RETURN_BOOL(true);
 }

@@ -1,20 +1,80 @@
 /*-------------------------------------------------------------------------
  *
  * lease_status.c
- *	  What a lease row means at a given moment: free, live, or in its
- *	  lock-delay.
+ *	  The lease state model: what a lease row means at a given moment, how
+ *	  the events of a lease move it from state to state, and
+ *	  dlock.lease_states(), the function behind the view dlock.leases.
  *
- * The rules, all on the server's clock:
+ * Every rule about states is written here once; the functions that grant,
+ * change and check leases (lease_api.c, fence.c, session.c) and the view
+ * all classify rows with LeaseClassify(), so the view shows what the
+ * functions act on.  Times are on the server's clock (GetCurrentTimestamp(),
+ * the value clock_timestamp() returns).
  *
- *	- A lease is live from its grant until it expires or is released.  A
- *	  session-bound lease also ends as soon as the backend that took it exits
- *	  (its session lock is gone).
- *	- Released by its owner: free at once.
- *	- Ended by expiry or force_release: free only once its lock-delay has
- *	  passed, so that a holder that stalled, and cannot be fenced, has time to
- *	  notice before someone else gets the name.
- *	- Ended because its backend exited: free at once.  The holder process is
- *	  gone, so there is nobody to wait for.
+ * States.  A name without a row has never been granted.  A row is in one of
+ * five states; what each means for a new grant (absent a release) and for
+ * dlock.fence():
+ *
+ *	state			grantable				fence(name, token)
+ *	(no row)		now						false
+ *	live			at expires_at + lock_delay	true for the row's token
+ *	expired			at expires_at + lock_delay	false
+ *	released		now (since ended_at)	false
+ *	force_released	at ended_at + lock_delay	false
+ *	session_ended	now						false
+ *
+ * The view's grantable_at is the moment in the second column; it is NULL
+ * for session_ended, as the moment the holder's backend went is not
+ * recorded.  Before that moment a live lease is held, and an expired or
+ * force-released one is in its lock-delay: grants are refused so that a
+ * holder that stalled, and whose writes cannot be fenced, has time to
+ * notice before someone else gets the name.  A release by the owner frees
+ * the name at once (the holder evidently is not stalled), and so does the
+ * exit of a session-bound holder's backend (it cannot write any more).
+ *
+ * Events and the state each leads to, by the state it meets:
+ *
+ *	event \ state	(no row) live		expired	 released forced   sess_end
+ *	grant			NEW		 refused	NEW'	 NEW	  NEW'	   NEW
+ *	re-acquire		NEW		 SAME+		NEW'	 NEW	  NEW'	   NEW
+ *	renew			-		 SAME+		-		 -		  -		   -
+ *	release			-		 released	-		 -		  -		   -
+ *	force_release	-		 forced		-		 -		  -		   -
+ *	expiry			.		 expired	.		 .		  .		   .
+ *	backend exit	.		 sess_end	sess_end .		  .		   .
+ *	lock-delay ends .		 .			(free)	 .		  (free)   .
+ *
+ *	NEW		live, with a new token (larger than every token issued before)
+ *	NEW'	NEW once the lock-delay has passed; refused before
+ *	SAME+	live, same token, expiry now + ttl
+ *	refused nothing changes: try_acquire returns NULL, acquire waits
+ *	-		nothing changes: renew returns NULL, release and force_release
+ *			false; an ended lease is never revived
+ *	(free)	the state stays; the name is grantable from then on
+ *	.		the event does not apply
+ *
+ *	grant			try_acquire or acquire by an owner other than the holder
+ *	re-acquire		the same owner asking again: the same owner string, from
+ *					a role with the privileges of holder_role
+ *	renew, release	by that same owner
+ *	force_release	by any role with the privileges of holder_role
+ *	expiry			the clock passes expires_at
+ *	backend exit	session-bound leases only: the backend that took the
+ *					lease exits, or DISCARD ALL or pg_advisory_unlock_all()
+ *					drops its session lock (session.c).  Only the primary
+ *					knows this; a standby sees such a lease as live until
+ *					its expiry.
+ *	lock-delay ends the clock passes grantable_at
+ *
+ * The first five events are writes of the caller's transaction: a rollback
+ * returns the row to its earlier state.  The others change no row; the
+ * state follows from the row, the clock and the holder's liveness.
+ * Whether a grant must also wait for others queued for the name is the
+ * queue's business (waiting.c), not the state's.
+ *
+ * End reasons are stored as text in dlock.lease_state.end_reason
+ * ('released', 'force_released'; NULL while the lease has not ended):
+ * LeaseEndReasonText() and LeaseEndReasonFromText() are the only mapping.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -26,13 +86,77 @@
 #include "postgres.h"
 
 #include "common/int.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "dlock.h"
+#include "dlock_compat.h"
+
+/* The stored text of each end reason; NULL: not ended */
+static const char *const EndReasonTexts[] = {
+	[LEASE_NOT_ENDED] = NULL,
+	[LEASE_END_RELEASED] = "released",
+	[LEASE_END_FORCE_RELEASED] = "force_released",
+};
+
+/* The name of each state, as dlock.leases shows it */
+static const char *const LeaseStateNames[] = {
+	[LEASE_STATE_NONE] = NULL,
+	[LEASE_STATE_LIVE] = "live",
+	[LEASE_STATE_EXPIRED] = "expired",
+	[LEASE_STATE_RELEASED] = "released",
+	[LEASE_STATE_FORCE_RELEASED] = "force_released",
+	[LEASE_STATE_SESSION_ENDED] = "session_ended",
+};
+
+/*
+ * LeaseEndReasonText - the text stored in end_reason; NULL for a lease that
+ * has not ended
+ */
+const char *
+LeaseEndReasonText(LeaseEndReason reason)
+{
+	Assert(reason >= LEASE_NOT_ENDED && reason <= LEASE_END_FORCE_RELEASED);
+	return EndReasonTexts[reason];
+}
+
+/*
+ * LeaseEndReasonFromText - the end reason of a row whose ended_at is set,
+ * from its end_reason (NULL when that is NULL)
+ *
+ * dlock always writes the reason.  A row without one, or with a text dlock
+ * does not write (both only by hand), is read as the functions have always
+ * treated it: without a reason as released, with any other text as
+ * force-released, so that the lock-delay applies.
+ */
+LeaseEndReason
+LeaseEndReasonFromText(const char *text)
+{
+	if (text == NULL || strcmp(text, EndReasonTexts[LEASE_END_RELEASED]) == 0)
+		return LEASE_END_RELEASED;
+	return LEASE_END_FORCE_RELEASED;
+}
+
+/*
+ * LeaseStateName - a state's name in dlock.leases (NULL for "no row")
+ */
+const char *
+LeaseStateName(LeaseState state)
+{
+	Assert(state >= LEASE_STATE_NONE && state <= LEASE_STATE_SESSION_ENDED);
+	return LeaseStateNames[state];
+}
 
 /*
  * LeaseHolderAlive - whether the holder of a row's lease is still there: for
  * a session-bound lease, whether its backend runs (a momentary lock probe,
- * so call this with the name's lock held); always true for the others
+ * so call this with the name's lock held when the answer decides a change);
+ * always true for the others
  */
 bool
 LeaseHolderAlive(const LeaseRow *row)
@@ -43,48 +167,207 @@ LeaseHolderAlive(const LeaseRow *row)
 }
 
 /*
- * LeaseStatusAt - classify a row at time now, given whether its holder is
- * alive (LeaseHolderAlive); changes nothing
+ * DelayEnd - t + delay_us, kept within the timestamp range: past its end it
+ * is infinity, so that an absurd lock_delay reads as "not before the end of
+ * time" rather than as an error or a wrap-around
+ */
+static TimestampTz
+DelayEnd(TimestampTz t, int64 delay_us)
+{
+	TimestampTz result;
+
+	if (TIMESTAMP_NOT_FINITE(t))
+		return t;
+	if (pg_add_s64_overflow(t, delay_us, &result))
+		return delay_us > 0 ? DT_NOEND : DT_NOBEGIN;
+	if (result >= END_TIMESTAMP)
+		return DT_NOEND;
+	if (result < MIN_TIMESTAMP)
+		return DT_NOBEGIN;
+	return result;
+}
+
+/*
+ * LeaseClassify - the state of a row at time now, given whether its holder
+ * is alive (LeaseHolderAlive), and what that means for a grant; changes
+ * nothing
+ *
+ * This is the table in the banner, in code.
+ */
+void
+LeaseClassify(const LeaseRow *row, TimestampTz now, bool holder_alive,
+			  LeaseClassification *result)
+{
+	TimestampTz ended;
+
+	result->status = LEASE_FREE;
+	result->until = 0;
+	result->has_grantable_at = false;
+	result->grantable_at = 0;
+
+	if (!row->found)
+	{
+		result->state = LEASE_STATE_NONE;
+		return;
+	}
+
+	Assert(row->ended == (row->end_reason != LEASE_NOT_ENDED));
+	switch (row->end_reason)
+	{
+		case LEASE_END_RELEASED:
+			result->state = LEASE_STATE_RELEASED;
+			result->has_grantable_at = true;
+			result->grantable_at = row->ended_at;
+			return;
+
+		case LEASE_END_FORCE_RELEASED:
+			result->state = LEASE_STATE_FORCE_RELEASED;
+			ended = row->ended_at;
+			break;
+
+		case LEASE_NOT_ENDED:
+		default:
+			/* The holder's exit ends the lease, also once it expired */
+			if (row->session_bound && !holder_alive)
+			{
+				result->state = LEASE_STATE_SESSION_ENDED;
+				return;
+			}
+			result->state = row->expires_at > now ?
+				LEASE_STATE_LIVE : LEASE_STATE_EXPIRED;
+			ended = row->expires_at;
+			break;
+	}
+
+	/* Live, expired or force-released: the lock-delay follows the end */
+	result->has_grantable_at = true;
+	result->grantable_at = DelayEnd(ended, row->lock_delay_us);
+
+	if (result->state == LEASE_STATE_LIVE)
+	{
+		result->status = LEASE_LIVE;
+		result->until = row->expires_at;
+	}
+	else if (row->lock_delay_us > 0 && now < result->grantable_at)
+	{
+		result->status = LEASE_DELAYED;
+		result->until = result->grantable_at;
+	}
+}
+
+/*
+ * LeaseStatusAt - grantability of a row at time now, given whether its
+ * holder is alive (LeaseHolderAlive); changes nothing
  *
  * For LEASE_LIVE, *until is the expiry; for LEASE_DELAYED, the moment the
- * name becomes grantable.
+ * name becomes grantable; for LEASE_FREE it is left alone.
  */
 LeaseStatus
 LeaseStatusAt(const LeaseRow *row, TimestampTz now, bool holder_alive,
 			  TimestampTz *until)
 {
-	TimestampTz ended;
-	TimestampTz grantable;
+	LeaseClassification lease;
 
-	if (!row->found)
-		return LEASE_FREE;
+	LeaseClassify(row, now, holder_alive, &lease);
+	if (lease.status != LEASE_FREE)
+		*until = lease.until;
+	return lease.status;
+}
 
-	if (row->ended)
+/* Columns of dlock.lease_states(), in the order of the view dlock.leases */
+#define LEASE_STATES_COLS	12
+
+PG_FUNCTION_INFO_V1(dlock_lease_states);
+
+/*
+ * dlock_lease_states - SQL function dlock.lease_states(), the rows of the
+ * view dlock.leases
+ *
+ * The table is read through the active snapshot, as the plain SQL view of
+ * 1.0 read it: a REPEATABLE READ transaction sees the same rows on every
+ * read, while state, grantable_at and holder liveness are of the moment of
+ * the call (one clock reading for all rows).  Unlike the functions that
+ * change leases, this takes no name locks, so a row may change right after
+ * it is shown.
+ *
+ * The caller needs no privilege on the table.  owner is shown only for
+ * leases whose holder role the caller has the privileges of: the test the
+ * functions use to let a role act for a holder, and pg_has_role(holder,
+ * 'USAGE') in SQL.
+ */
+Datum
+dlock_lease_states(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			user = GetUserId();
+	TimestampTz now = GetCurrentTimestamp();
+	LeaseStore	store;
+	LeaseStoreScan *scan;
+	MemoryContext rowcxt;
+	MemoryContext oldcxt;
+	LeaseRow	row;
+	text	   *name;
+
+	dlock_init_materialized_srf(fcinfo);
+
+	/* What one row needs (its strings, its output) is freed row by row */
+	rowcxt = AllocSetContextCreate(CurrentMemoryContext,
+								   "dlock lease_states row",
+								   ALLOCSET_SMALL_SIZES);
+
+	LeaseStoreOpen(&store, AccessShareLock);
+	scan = LeaseStoreBeginScan(&store, GetActiveSnapshot());
+	for (;;)
 	{
-		if (strcmp(row->end_reason, END_RELEASED) == 0)
-			return LEASE_FREE;
-		ended = row->ended_at;
-	}
-	else
-	{
-		if (row->session_bound && !holder_alive)
-			return LEASE_FREE;
-		if (row->expires_at > now)
+		LeaseClassification lease;
+		Datum		values[LEASE_STATES_COLS];
+		bool		nulls[LEASE_STATES_COLS];
+		Interval	lock_delay;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(rowcxt);
+		oldcxt = MemoryContextSwitchTo(rowcxt);
+		if (!LeaseStoreScanNext(scan, &row, &name))
 		{
-			*until = row->expires_at;
-			return LEASE_LIVE;
+			MemoryContextSwitchTo(oldcxt);
+			break;
 		}
-		ended = row->expires_at;
-	}
+		LeaseClassify(&row, now, LeaseHolderAlive(&row), &lease);
 
-	if (row->lock_delay_us <= 0)
-		return LEASE_FREE;
-	if (pg_add_s64_overflow(ended, row->lock_delay_us, &grantable))
-		grantable = DT_NOEND;
-	if (now < grantable)
-	{
-		*until = grantable;
-		return LEASE_DELAYED;
+		memset(nulls, false, sizeof(nulls));
+		values[0] = PointerGetDatum(name);
+		values[1] = Int64GetDatum(row.token);
+		if (has_privs_of_role(user, row.holder_role))
+			values[2] = CStringGetTextDatum(row.owner);
+		else
+		{
+			values[2] = (Datum) 0;
+			nulls[2] = true;
+		}
+		values[3] = ObjectIdGetDatum(row.holder_role);
+		values[4] = TimestampTzGetDatum(row.acquired_at);
+		values[5] = TimestampTzGetDatum(row.expires_at);
+		values[6] = CStringGetTextDatum(LeaseStateName(lease.state));
+		values[7] = TimestampTzGetDatum(row.ended_at);
+		nulls[7] = !row.ended;
+		values[8] = TimestampTzGetDatum(lease.grantable_at);
+		nulls[8] = !lease.has_grantable_at;
+
+		/* As the functions read it: the stored interval as microseconds */
+		memset(&lock_delay, 0, sizeof(lock_delay));
+		lock_delay.time = row.lock_delay_us;
+		values[9] = IntervalPGetDatum(&lock_delay);
+		values[10] = BoolGetDatum(row.session_bound);
+		values[11] = Int32GetDatum(row.holder_pid);
+		nulls[11] = row.holder_pid == 0;
+
+		/* Copies the row into the tuplestore's own memory */
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		MemoryContextSwitchTo(oldcxt);
 	}
-	return LEASE_FREE;
+	LeaseStoreEndScan(scan);
+	LeaseStoreClose(&store);
+	MemoryContextDelete(rowcxt);
+
+	return (Datum) 0;
 }

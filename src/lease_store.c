@@ -16,6 +16,9 @@
  *	- The update replaces a tuple that the transaction snapshot may not see;
  *	  an executor UPDATE would raise a serialization error there.
  *
+ * The one reader that uses the caller's snapshot is the scan of all rows
+ * behind the view dlock.leases (LeaseStoreBeginScan), which only shows them.
+ *
  * Callers need no privileges on the table: access control is done by the
  * SQL-callable functions, by role.
  *
@@ -43,6 +46,7 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/index.h"
@@ -290,11 +294,14 @@ DecodeRow(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
 	row->acquired_at = DatumGetTimestampTz(values[Anum_lease_acquired_at - 1]);
 	row->expires_at = DatumGetTimestampTz(values[Anum_lease_expires_at - 1]);
 	row->ended = !isnull[Anum_lease_ended_at - 1];
+	row->end_reason = LEASE_NOT_ENDED;
 	if (row->ended)
 	{
-		row->ended_at = DatumGetTimestampTz(values[Anum_lease_ended_at - 1]);
-		row->end_reason = isnull[Anum_lease_end_reason - 1] ? END_RELEASED :
+		const char *reason = isnull[Anum_lease_end_reason - 1] ? NULL :
 			TextDatumGetCString(values[Anum_lease_end_reason - 1]);
+
+		row->ended_at = DatumGetTimestampTz(values[Anum_lease_ended_at - 1]);
+		row->end_reason = LeaseEndReasonFromText(reason);
 	}
 	delay = DatumGetIntervalP(values[Anum_lease_lock_delay - 1]);
 	row->lock_delay_us = delay->time + delay->day * USECS_PER_DAY;
@@ -372,6 +379,57 @@ LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	pfree(key_text);
 }
 
+/* A scan of the whole lease table */
+struct LeaseStoreScan
+{
+	LeaseStore *store;
+	TableScanDesc scan;
+};
+
+/*
+ * LeaseStoreBeginScan - start reading every row of the lease table through
+ * snapshot (see LeaseStoreScanNext)
+ *
+ * Unlike LeaseStoreFetch, this takes no name locks: the rows are what the
+ * snapshot sees, for callers that only show them.
+ */
+LeaseStoreScan *
+LeaseStoreBeginScan(LeaseStore *store, Snapshot snapshot)
+{
+	LeaseStoreScan *scan = palloc(sizeof(LeaseStoreScan));
+
+	scan->store = store;
+	scan->scan = table_beginscan(store->heap, snapshot, 0, NULL);
+	return scan;
+}
+
+/*
+ * LeaseStoreScanNext - the next row of the scan, and its name (palloc'd in
+ * the current memory context, as are the row's strings); false at the end
+ */
+bool
+LeaseStoreScanNext(LeaseStoreScan *scan, LeaseRow *row, text **name)
+{
+	HeapTuple	tuple = heap_getnext(scan->scan, ForwardScanDirection);
+	bool		isnull;
+
+	if (tuple == NULL)
+		return false;
+	memset(row, 0, sizeof(LeaseRow));
+	DecodeRow(scan->store, tuple, row);
+	*name = DatumGetTextPCopy(heap_getattr(tuple, Anum_lease_name,
+										   RelationGetDescr(scan->store->heap),
+										   &isnull));
+	return true;
+}
+
+void
+LeaseStoreEndScan(LeaseStoreScan *scan)
+{
+	table_endscan(scan->scan);
+	pfree(scan);
+}
+
 /*
  * InsertIndexEntry - add the primary key entry for a new heap tuple
  */
@@ -418,7 +476,8 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	if (row->ended)
 	{
 		values[Anum_lease_ended_at - 1] = TimestampTzGetDatum(row->ended_at);
-		values[Anum_lease_end_reason - 1] = CStringGetTextDatum(row->end_reason);
+		values[Anum_lease_end_reason - 1] =
+			CStringGetTextDatum(LeaseEndReasonText(row->end_reason));
 	}
 	else
 	{
