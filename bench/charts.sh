@@ -31,11 +31,12 @@ info() { awk -F '\t' -v k="$2" '$1 == k { print $2; exit }' "$1"; }
 
 # subtitle FILE: the line under a chart's title, from its info file
 subtitle() {
-    local mode="" redis
+    local mode="" redis pg
     [ "$(info "$1" mode)" = quick ] && mode="QUICK MODE (smoke run, figures mean nothing) - "
     redis=$(info "$1" redis)
+    pg=$(info "$1" postgres)
     printf '%s%s; PostgreSQL %s%s, %s CPUs' "$mode" "$(info "$1" date)" \
-        "$(info "$1" postgres)" "${redis:+, Redis $redis}" "$(info "$1" cpus)"
+        "${pg%% *}" "${redis:+, Redis $redis}" "$(info "$1" cpus)"
 }
 
 # has_rows FILE: FILE exists and has data below its header line
