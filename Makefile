@@ -9,7 +9,7 @@ OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
-REGRESS        = api errors transactions security waiting storage extension subtransactions holder
+REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state
 # Regression and isolation tests start a private instance unless TEMP_INSTANCE
 # is set empty (then they use the server of the libpq environment)
 TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
