@@ -5,11 +5,11 @@ MODULE_big = dlock
 OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
              src/lease_status.o src/session.o src/waiting.o \
              src/durability.o src/lease_api.o src/fence.o \
-             src/holder.o
+             src/holder.o src/purge.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
-REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state
+REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge
 # Regression and isolation tests start a private instance unless TEMP_INSTANCE
 # is set empty (then they use the server of the libpq environment)
 TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
@@ -17,7 +17,7 @@ TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
 REGRESS_OPTS   = --load-extension=dlock $(TEMP_INSTANCE)
 ISOLATION      = race fence_regrant stale_snapshot rollback \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
-                 same_owner_retry
+                 same_owner_retry purge_race
 ISOLATION_OPTS = --load-extension=dlock $(TEMP_INSTANCE)
 TAP_TESTS      = 1
 

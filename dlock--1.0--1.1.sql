@@ -353,3 +353,29 @@ SELECT l.name COLLATE pg_catalog."C" AS name,
        l.session_bound,
        l.holder_pid
   FROM dlock.lease_states() l;
+
+--
+-- dlock.purge(): deletes the rows of names whose lease ended at least
+-- older_than ago, that nobody waits for and that no open transaction has
+-- fenced or is changing; at most 1000 per call (see src/purge.c).  A
+-- purged name's old tokens stay false in dlock.fence(), and its next grant
+-- gets a token larger than every token issued before.  It deletes the
+-- history of every role's leases, so only the database's owner (and
+-- superusers) may call it; they may grant EXECUTE to a maintenance role.
+--
+CREATE FUNCTION dlock.purge(older_than interval DEFAULT '1 day')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_purge'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION dlock.purge(interval) IS
+  'Deletes the state of up to 1000 names whose lease ended (released, expired, force-released or session ended, and past its lock-delay) at least older_than ago, that nobody waits for and that no open transaction has fenced or is changing; returns how many. Call it again, in a new transaction, while it returns 1000.';
+REVOKE EXECUTE ON FUNCTION dlock.purge(interval) FROM PUBLIC;
+DO $grant_purge$
+BEGIN
+  IF EXISTS (SELECT FROM pg_catalog.pg_authid
+              WHERE rolname OPERATOR(pg_catalog.=) 'pg_database_owner'::pg_catalog.name) THEN
+    GRANT EXECUTE ON FUNCTION dlock.purge(interval) TO pg_database_owner;
+  END IF;
+END
+$grant_purge$;

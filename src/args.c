@@ -245,6 +245,29 @@ ArgGetLockDelay(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * ArgGetOlderThan - the older_than argument of dlock.purge() in
+ * microseconds: not negative; one too long to represent saturates, which
+ * purges nothing
+ */
+int64
+ArgGetOlderThan(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+	int64		micros;
+
+	RequireNotNull(fcinfo, argno, "older_than");
+	span = PG_GETARG_INTERVAL_P(argno);
+	RejectMonths(span, "older_than");
+	if (!IntervalToMicros(span, &micros))
+		micros = span->day < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	if (micros < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("older_than must not be negative")));
+	return micros;
+}
+
+/*
  * ArgGetBool - a boolean argument that must not be NULL
  */
 bool

@@ -37,6 +37,7 @@
 #ifndef DLOCK_H
 #define DLOCK_H
 
+#include "access/htup.h"
 #include "access/xact.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
@@ -110,6 +111,7 @@ extern int64 ArgGetTimeout(FunctionCallInfo fcinfo, int argno);
 extern int64 ArgGetToken(FunctionCallInfo fcinfo, int argno);
 extern int64 ArgGetLockDelay(FunctionCallInfo fcinfo, int argno);
 extern bool ArgGetBool(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern int64 ArgGetOlderThan(FunctionCallInfo fcinfo, int argno);
 
 /* How a lease ended, if it did (stored as text: see lease_status.c) */
 typedef enum LeaseEndReason
@@ -152,6 +154,8 @@ extern void LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode);
 extern void LeaseStoreClose(LeaseStore *store);
 extern void LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row);
 extern void LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row);
+extern text *LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row);
+extern void LeaseStoreDelete(LeaseStore *store, LeaseRow *row);
 extern int64 LeaseStoreNextToken(void);
 
 /* A scan of every lease row, through a given snapshot (lease_store.c) */
@@ -238,6 +242,7 @@ extern void SessionLeasesAtSubAbort(SubTransactionId mySubid);
 /* waiting.c: the queue of waiters and their wake-ups */
 extern bool QueueJoin(const LeaseName *name, WaitLimit limit);
 extern void QueueLeave(const LeaseName *name);
+extern bool QueueIsEmpty(const LeaseName *name);
 extern void WakeQueueHead(const LeaseName *name);
 extern void WakeQueueHeadAtCommit(const LeaseName *name);
 extern void SleepUntil(TimestampTz until, WaitLimit limit);

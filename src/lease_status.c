@@ -15,13 +15,13 @@
  * five states; what each means for a new grant (absent a release) and for
  * dlock.fence():
  *
- *	state			grantable				fence(name, token)
- *	(no row)		now						false
- *	live			at expires_at + lock_delay	true for the row's token
- *	expired			at expires_at + lock_delay	false
- *	released		now (since ended_at)	false
- *	force_released	at ended_at + lock_delay	false
- *	session_ended	now						false
+ *    state           grantable                   fence(name, token)
+ *    (no row)        now                         false
+ *    live            at expires_at + lock_delay  true for the row's token
+ *    expired         at expires_at + lock_delay  false
+ *    released        now (since ended_at)        false
+ *    force_released  at ended_at + lock_delay    false
+ *    session_ended   now                         false
  *
  * The view's grantable_at is the moment in the second column; it is NULL
  * for session_ended, as the moment the holder's backend went is not
@@ -34,37 +34,40 @@
  *
  * Events and the state each leads to, by the state it meets:
  *
- *	event \ state	(no row) live		expired	 released forced   sess_end
- *	grant			NEW		 refused	NEW'	 NEW	  NEW'	   NEW
- *	re-acquire		NEW		 SAME+		NEW'	 NEW	  NEW'	   NEW
- *	renew			-		 SAME+		-		 -		  -		   -
- *	release			-		 released	-		 -		  -		   -
- *	force_release	-		 forced		-		 -		  -		   -
- *	expiry			.		 expired	.		 .		  .		   .
- *	backend exit	.		 sess_end	sess_end .		  .		   .
- *	lock-delay ends .		 .			(free)	 .		  (free)   .
+ *    event \ state    (no row)  live      expired   released  forced    ended
+ *    grant            NEW       refused   NEW'      NEW       NEW'      NEW
+ *    re-acquire       NEW       SAME+     NEW'      NEW       NEW'      NEW
+ *    renew            -         SAME+     -         -         -         -
+ *    release          -         released  -         -         -         -
+ *    force_release    -         forced    -         -         -         -
+ *    expiry           .         expired   .         .         .         .
+ *    backend exit     .         ended     ended     .         .         .
+ *    lock-delay ends  .         .         (free)    .         (free)    .
  *
- *	NEW		live, with a new token (larger than every token issued before)
- *	NEW'	NEW once the lock-delay has passed; refused before
- *	SAME+	live, same token, expiry now + ttl
- *	refused nothing changes: try_acquire returns NULL, acquire waits
- *	-		nothing changes: renew returns NULL, release and force_release
- *			false; an ended lease is never revived
- *	(free)	the state stays; the name is grantable from then on
- *	.		the event does not apply
+ *    forced   force_released
+ *    ended    session_ended
+ *    NEW      live, with a new token (larger than every token issued before)
+ *    NEW'     NEW once the lock-delay has passed; refused before
+ *    SAME+    live, same token, expiry now + ttl
+ *    refused  nothing changes: try_acquire returns NULL, acquire waits
+ *    -        nothing changes: renew returns NULL, release and
+ *             force_release false; an ended lease is never revived
+ *    (free)   the state stays; the name is grantable from then on
+ *    .        the event does not apply
  *
- *	grant			try_acquire or acquire by an owner other than the holder
- *	re-acquire		the same owner asking again: the same owner string, from
- *					a role with the privileges of holder_role
- *	renew, release	by that same owner
- *	force_release	by any role with the privileges of holder_role
- *	expiry			the clock passes expires_at
- *	backend exit	session-bound leases only: the backend that took the
- *					lease exits, or DISCARD ALL or pg_advisory_unlock_all()
- *					drops its session lock (session.c).  Only the primary
- *					knows this; a standby sees such a lease as live until
- *					its expiry.
- *	lock-delay ends the clock passes grantable_at
+ *    grant            try_acquire or acquire by an owner other than the
+ *                     holder
+ *    re-acquire       the same owner asking again: the same owner string,
+ *                     from a role with the privileges of holder_role
+ *    renew, release   by that same owner
+ *    force_release    by any role with the privileges of holder_role
+ *    expiry           the clock passes expires_at
+ *    backend exit     session-bound leases only: the backend that took the
+ *                     lease exits, or DISCARD ALL or pg_advisory_unlock_all()
+ *                     drops its session lock (session.c).  Only the primary
+ *                     knows this; a standby sees such a lease as live until
+ *                     its expiry.
+ *    lock-delay ends  the clock passes grantable_at
  *
  * The first five events are writes of the caller's transaction: a rollback
  * returns the row to its earlier state.  The others change no row; the

@@ -22,8 +22,9 @@
  * Callers need no privileges on the table: access control is done by the
  * SQL-callable functions, by role.
  *
- * Rows are never deleted by dlock: an ended lease stays as a marked row, so
- * updates of a name's row stay on its page (HOT) and the index does not grow.
+ * An ended lease stays as a marked row, so updates of a name's row stay on
+ * its page (HOT) and the index does not grow.  Rows are deleted only by
+ * dlock.purge() (purge.c), long after their lease ended.
  *
  * Rows are fetched with the heap's HOT-chain search rather than through an
  * index scan's slot, because the latter prunes the page on every visit once
@@ -512,6 +513,46 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	heap_freetuple(tuple);
 
 	/* Later reads and updates in this transaction must see this version */
+	CommandCounterIncrement();
+}
+
+/*
+ * LeaseStoreDecode - a tuple that the caller's own scan of the lease table
+ * returned, as a LeaseRow; returns the name (palloc'd)
+ *
+ * What a scan returns is a candidate only: the caller must take the name's
+ * lock and read the row again with LeaseStoreFetch before acting on it.
+ */
+text *
+LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
+{
+	bool		isnull;
+	Datum		name = heap_getattr(tuple, Anum_lease_name,
+									RelationGetDescr(store->heap), &isnull);
+
+	memset(row, 0, sizeof(LeaseRow));
+	DecodeRow(store, tuple, row);
+	return DatumGetTextPCopy(name);
+}
+
+/*
+ * LeaseStoreDelete - delete a name's row (dlock.purge())
+ *
+ * row is what LeaseStoreFetch returned under the name's lock, which the
+ * caller holds in DLOCK_GRANT_LOCKMODE until the end of its transaction, so
+ * no other transaction reads the row to act on it, or writes it, before the
+ * delete has committed or rolled back.  The index entry stays, for VACUUM
+ * to remove with the dead tuple; a later grant of the name inserts a new
+ * row, which the unique check allows once the delete has committed.
+ */
+void
+LeaseStoreDelete(LeaseStore *store, LeaseRow *row)
+{
+	Assert(row->found);
+	simple_heap_delete(store->heap, &row->tid);
+	row->found = false;
+
+	/* Later reads in this transaction must not see the row any more */
 	CommandCounterIncrement();
 }
 

@@ -120,9 +120,10 @@ WakeQueueHead(const LeaseName *name)
 }
 
 /*
- * QueueIsEmpty - whether nobody waits for the name right now
+ * QueueIsEmpty - whether nobody waits for the name right now (also used by
+ * purge.c, which must not delete the row of a name that has waiters)
  */
-static bool
+bool
 QueueIsEmpty(const LeaseName *name)
 {
 	LOCKTAG		tag;

@@ -1,0 +1,224 @@
+--
+-- dlock.purge(): which names it deletes and which it keeps, that a purged
+-- name's old tokens stay false and its next token is larger, the caller's
+-- own transaction, batches, bad input and who may call it.  Races with
+-- other sessions are in specs/purge_race.spec, waiters in
+-- t/012_purge_cron.pl.
+--
+-- A database of its own, so that only the names made here are there to
+-- purge and the tokens are stable.
+--
+\set regress_db :DBNAME
+CREATE DATABASE regress_dlock_purge;
+\c regress_dlock_purge
+CREATE EXTENSION dlock;
+
+CREATE FUNCTION pg_temp.outcome(call text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  result text;
+BEGIN
+  EXECUTE 'SELECT (' || call || ')::text' INTO result;
+  RETURN 'ok: ' || result;
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+-- Moves a lease into the past, as if it had been granted (and ended) ago
+CREATE FUNCTION pg_temp.age_lease(lease text, ago interval) RETURNS void
+LANGUAGE sql AS $$
+  UPDATE dlock.lease_state
+     SET acquired_at = acquired_at - ago, expires_at = expires_at - ago,
+         ended_at = ended_at - ago
+   WHERE name = lease
+$$;
+
+-- Every token granted below
+CREATE TABLE granted (name text, token bigint);
+GRANT ALL ON granted TO PUBLIC;
+CREATE FUNCTION pg_temp.log_grant(l dlock.lease) RETURNS bigint
+LANGUAGE sql AS $$ INSERT INTO granted VALUES (l.name, l.token) RETURNING token $$;
+
+--
+-- One name in each state
+--
+SELECT pg_temp.log_grant(dlock.try_acquire('live', '1h', 'o'));
+SELECT pg_temp.log_grant(dlock.try_acquire('released:new', '1h', 'o'));
+SELECT dlock.release('released:new', 'o');
+SELECT pg_temp.log_grant(dlock.try_acquire('released:old', '1h', 'o'));
+SELECT dlock.release('released:old', 'o');
+SELECT pg_temp.age_lease('released:old', '2h');
+-- expired 2h ago, without and with a lock-delay that has not passed yet
+SELECT pg_temp.log_grant(dlock.try_acquire('expired:old', '1s', 'o', '0s'));
+SELECT pg_temp.age_lease('expired:old', '2h');
+SELECT pg_temp.log_grant(dlock.try_acquire('expired:delay', '1s', 'o', '3h'));
+SELECT pg_temp.age_lease('expired:delay', '2h');
+-- expired 30 minutes ago
+SELECT pg_temp.log_grant(dlock.try_acquire('expired:new', '1h', 'o', '0s'));
+SELECT pg_temp.age_lease('expired:new', '90min');
+-- force-released 2h ago: past a lock-delay of 1h, and in one of 3h
+SELECT pg_temp.log_grant(dlock.try_acquire('forced:old', '1h', 'o', '1h'));
+SELECT dlock.force_release('forced:old');
+SELECT pg_temp.age_lease('forced:old', '2h');
+SELECT pg_temp.log_grant(dlock.try_acquire('forced:delay', '1h', 'o', '3h'));
+SELECT dlock.force_release('forced:delay');
+SELECT pg_temp.age_lease('forced:delay', '2h');
+-- session-bound: its session lock given up (the backend's exit, as far as
+-- the lease can tell), with an hour of ttl left; and one still held
+SELECT pg_temp.log_grant(dlock.try_acquire('session:ended', '1h', 'o', session_bound => true));
+SELECT pg_advisory_unlock_all();
+SELECT pg_temp.log_grant(dlock.try_acquire('session:live', '1h', 'o', session_bound => true));
+
+SELECT name, state FROM dlock.leases ORDER BY name;
+
+-- Ended at least an hour ago and past their lock-delay
+SELECT dlock.purge('1 hour') AS purged;
+SELECT name, state FROM dlock.leases ORDER BY name;
+
+-- Everything that is grantable now; the session-bound lease whose backend
+-- went counts from its expiry, an hour ahead
+SELECT dlock.purge('0') AS purged;
+SELECT name, state FROM dlock.leases ORDER BY name;
+SELECT pg_temp.age_lease('session:ended', '2h');
+SELECT dlock.purge('1 hour') AS purged;
+SELECT name, state FROM dlock.leases ORDER BY name;
+
+-- The default: a day
+SELECT pg_temp.log_grant(dlock.try_acquire('released:day', '1h', 'o'));
+SELECT dlock.release('released:day', 'o');
+SELECT pg_temp.age_lease('released:day', '25h');
+SELECT pg_temp.log_grant(dlock.try_acquire('released:hours', '1h', 'o'));
+SELECT dlock.release('released:hours', 'o');
+SELECT pg_temp.age_lease('released:hours', '23h');
+SELECT dlock.purge() AS purged;
+SELECT name FROM dlock.lease_state WHERE name LIKE 'released:%' ORDER BY name;
+SELECT dlock.purge('0') AS purged;
+SELECT name, state FROM dlock.leases ORDER BY name;
+
+--
+-- A purged name's old token stays false, and its next grant is larger than
+-- every token issued before
+--
+SELECT dlock.fence(name, token) AS old_token_fences FROM granted WHERE name = 'released:old';
+SELECT max(token) AS max_before FROM granted \gset
+SELECT pg_temp.log_grant(dlock.try_acquire('released:old', '1h', 'o2')) > :max_before
+       AS larger_than_every_token;
+SELECT dlock.fence('released:old', min(token)) AS old_token_fences,
+       dlock.fence('released:old', max(token)) AS new_token_fences
+  FROM granted WHERE name = 'released:old';
+
+--
+-- The caller's own transaction: a name it fenced or changed is not purged,
+-- since the lock manager would let it take the name's lock anyway
+--
+SELECT pg_temp.log_grant(dlock.try_acquire('own:fenced', '2s', 'o')) AS fenced_token \gset
+BEGIN;
+SELECT dlock.fence('own:fenced', :fenced_token) AS fenced;
+SELECT pg_sleep_until(expires_at + '10ms') FROM dlock.lease_state WHERE name = 'own:fenced';
+SELECT state FROM dlock.leases WHERE name = 'own:fenced';
+SELECT dlock.purge('0') AS purged_while_fenced;
+COMMIT;
+SELECT dlock.purge('0') AS purged_after_commit;
+
+BEGIN;
+SELECT pg_temp.log_grant(dlock.try_acquire('own:changed', '1h', 'o')) IS NOT NULL AS granted;
+SELECT dlock.release('own:changed', 'o');
+SELECT dlock.purge('0') AS purged_while_changed;
+COMMIT;
+SELECT dlock.purge('0') AS purged_after_commit;
+
+-- Purged and granted again in one transaction: the new row is inserted
+SELECT pg_temp.log_grant(dlock.try_acquire('own:regrant', '1h', 'o')) IS NOT NULL AS granted;
+SELECT dlock.release('own:regrant', 'o');
+BEGIN;
+SELECT dlock.purge('0') AS purged;
+SELECT pg_temp.log_grant(dlock.try_acquire('own:regrant', '1h', 'o')) =
+       (SELECT last_value FROM dlock.token_seq) AS granted_newest;
+COMMIT;
+SELECT name, state FROM dlock.leases WHERE name = 'own:regrant';
+
+-- Purged and rolled back: the row is back
+SELECT dlock.release('own:regrant', 'o');
+BEGIN;
+SELECT dlock.purge('0') AS purged;
+ROLLBACK;
+SELECT name, state FROM dlock.leases WHERE name = 'own:regrant';
+
+--
+-- Batches: at most 1000 names a call, whose locks the transaction keeps;
+-- the procedure that loops until nothing is left (the README's recipe)
+--
+INSERT INTO dlock.lease_state (name, token, owner, holder_role, acquired_at,
+                               expires_at, ended_at, end_reason, lock_delay,
+                               session_bound)
+SELECT 'batch:' || i, nextval('dlock.token_seq'), 'o', current_user::regrole::dlock.holder,
+       now() - interval '3 days', now() - interval '2 days', now() - interval '2 days',
+       'released', '0', false
+  FROM generate_series(1, 2500) i;
+BEGIN;
+SELECT dlock.purge('1 day') AS purged;
+SELECT count(*) AS name_locks_held FROM pg_locks
+ WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 17484 AND granted;
+COMMIT;
+
+CREATE PROCEDURE purge_all(older_than interval DEFAULT '1 day')
+LANGUAGE plpgsql AS $$
+BEGIN
+  LOOP
+    EXIT WHEN dlock.purge(older_than) = 0;
+    COMMIT;
+  END LOOP;
+END $$;
+CALL purge_all();
+SELECT count(*) AS batch_names_left FROM dlock.lease_state WHERE name LIKE 'batch:%';
+
+--
+-- Bad input and the wrong kind of transaction
+--
+SELECT call, pg_temp.outcome(call) FROM (VALUES
+  ($$dlock.purge(NULL)$$),
+  ($$dlock.purge('-1 second')$$),
+  ($$dlock.purge('1 day -25 hours')$$),
+  ($$dlock.purge('1 month')$$),
+  ($$dlock.purge('1 year')$$),
+  ($$dlock.purge('200000000 days')$$)
+) AS calls(call);
+BEGIN TRANSACTION READ ONLY;
+SELECT pg_temp.outcome($$dlock.purge('0')$$);
+ROLLBACK;
+
+--
+-- Who may call it: the database's owner and superusers, and roles they
+-- grant EXECUTE to; it purges every role's names
+--
+CREATE ROLE regress_dlock_purge_user;
+CREATE ROLE regress_dlock_purge_owner;
+SELECT has_function_privilege('public', 'dlock.purge(interval)', 'EXECUTE') AS public_may,
+       has_function_privilege('pg_database_owner', 'dlock.purge(interval)', 'EXECUTE') AS database_owner_may;
+SET ROLE regress_dlock_purge_user;
+SELECT pg_temp.log_grant(dlock.try_acquire('user:name', '1h', 'u'));
+SELECT dlock.release('user:name', 'u');
+SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_user;
+RESET ROLE;
+ALTER DATABASE regress_dlock_purge OWNER TO regress_dlock_purge_owner;
+SET ROLE regress_dlock_purge_owner;
+SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_database_owner;
+RESET ROLE;
+SET ROLE regress_dlock_purge_user;
+SELECT pg_temp.log_grant(dlock.try_acquire('user:name', '1h', 'u')) IS NOT NULL AS granted;
+SELECT dlock.release('user:name', 'u');
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION dlock.purge(interval) TO regress_dlock_purge_user;
+SET ROLE regress_dlock_purge_user;
+SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_user_with_grant;
+RESET ROLE;
+
+-- Tokens only ever grew, across all the purges above
+SELECT count(*) = count(DISTINCT token) AS tokens_unique,
+       max(token) <= (SELECT last_value FROM dlock.token_seq) AS within_counter
+  FROM granted;
+
+\c :regress_db
+DROP DATABASE regress_dlock_purge;
+DROP ROLE regress_dlock_purge_user;
+DROP ROLE regress_dlock_purge_owner;

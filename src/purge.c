@@ -1,0 +1,250 @@
+/*-------------------------------------------------------------------------
+ *
+ * purge.c
+ *	  dlock.purge(): deleting the rows of names whose lease ended long ago.
+ *
+ * Every name ever granted keeps its row in dlock.lease_state, so names that
+ * are used once (job:<uuid>) would grow the table without bound.  purge()
+ * deletes the row of a name when all of this holds, at the moment of the
+ * delete:
+ *
+ *	- the lease is free: released, force-released or expired, and past its
+ *	  lock-delay, or ended by the exit of its session-bound holder's backend
+ *	  (LeaseStatusNow() says LEASE_FREE, the rule every grant follows);
+ *	- it ended at least older_than ago.  The end is ended_at for a release
+ *	  or a force-release, expires_at otherwise.  For a session-bound lease
+ *	  whose backend exited, the moment of the exit is not recorded, so it
+ *	  too counts from expires_at: such a row stays until older_than after
+ *	  its ttl, never shorter than older_than after the exit;
+ *	- no open transaction has fenced the name or is changing it, the
+ *	  caller's own included;
+ *	- nobody waits for the name.
+ *
+ * Why deleting cannot break the token rules.  dlock.fence() is true only
+ * for the token of a live row, and there is no row: a purged name's old
+ * tokens stay false.  The next grant of the name finds no row and inserts
+ * one with a token from dlock.token_seq, the one counter of the database,
+ * which is larger than every token issued before, for this name or any.
+ *
+ * Why it is safe against concurrent calls.  For each candidate that a scan
+ * of the table finds, purge() takes the name's lock in DLOCK_GRANT_LOCKMODE
+ * with a conditional request.  That mode conflicts with the fence, change
+ * and grant locks, so getting it proves that no other transaction has
+ * fenced the name (fence pins last to the end of the fencing transaction)
+ * or is changing it; the lock manager does not make a backend's locks
+ * conflict with its own, so locks this transaction holds on the name are
+ * looked for separately.  The queue is then probed (QueueIsEmpty), and the
+ * row is read again and classified under the lock: the scan's copy is only a
+ * candidate.
+ *
+ * The lock is kept until the end of the transaction, not given back after
+ * the delete.  The other functions read the row with SnapshotSelf, to which
+ * a row deleted by a transaction still in progress is still visible: a grant
+ * that got the lock before the delete committed would find the old row, try
+ * to update it, wait for the purge and then fail on a concurrently deleted
+ * tuple.  Holding the lock makes it wait for the purge's commit instead, and
+ * then find no row.  The locks of names that are skipped are given back at
+ * once, as nothing was changed.
+ *
+ * Each held lock takes an entry of the shared lock table, so one call
+ * deletes at most PURGE_BATCH rows and returns how many it deleted; a job
+ * that calls it again while it returns PURGE_BATCH, each call in its own
+ * transaction, purges any number of names.  A grant of a name being purged
+ * (a name nobody used for older_than) waits at most until the end of that
+ * transaction, which deletes one batch; try_acquire() returns NULL then,
+ * as for any name that is being changed.  purge() itself never waits for a
+ * name's lock, so it cannot take part in a deadlock with dlock's other
+ * calls, whatever its transaction holds.
+ *
+ * The table is scanned with SnapshotSelf, which takes no SSI predicate
+ * locks, so a purge in a SERIALIZABLE transaction does not make other
+ * transactions fail.  Consecutive calls in one backend continue the scan
+ * where the previous one filled its batch, wrapping around once, so that a
+ * loop over a large table reads each page about once rather than once per
+ * batch.
+ *
+ * A purge need not be durable: if its commit is lost in a crash, the ended
+ * rows come back, which changes no answer.  A later grant of a purged name
+ * waited for the purge's commit, so its own (flushed) commit record comes
+ * after the purge's in the WAL.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/purge.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/relscan.h"
+#include "access/tableam.h"
+#include "common/int.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "dlock.h"
+#include "dlock_compat.h"
+
+PG_FUNCTION_INFO_V1(dlock_purge);
+
+/*
+ * Rows deleted by one call at most.  Each holds a lock until the end of the
+ * transaction; the shared lock table has room for max_locks_per_transaction
+ * (64 by default) times the number of backends, several thousand entries.
+ */
+#define PURGE_BATCH		1000
+
+static const WaitLimit NoWait = {false, 0};
+
+/* Where the next call in this backend starts its scan (see the header) */
+static Oid	resume_relid = InvalidOid;
+static BlockNumber resume_block = 0;
+
+/*
+ * LeaseEndMoment - when a lease stopped being live, as purge() counts it
+ * (see the header comment for session-bound leases)
+ */
+static inline TimestampTz
+LeaseEndMoment(const LeaseRow *row)
+{
+	return row->ended ? row->ended_at : row->expires_at;
+}
+
+/*
+ * HeldByThisTransaction - whether this transaction holds the name's lock in
+ * any mode: it fenced the name, changed it or granted it, and the lock
+ * manager would not make our own locks conflict with the purge's
+ */
+static bool
+HeldByThisTransaction(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	DlockLockTag(&tag, DLOCK_SPACE_NAME, name->hash);
+	return dlock_lock_held_by_me(&tag, DLOCK_FENCE_LOCKMODE) ||
+		dlock_lock_held_by_me(&tag, DLOCK_CHANGE_LOCKMODE) ||
+		dlock_lock_held_by_me(&tag, DLOCK_GRANT_LOCKMODE);
+}
+
+/*
+ * PurgeName - delete the row of a candidate that the scan found, if it may
+ * be purged; true if it was deleted, in which case the name's lock stays
+ * held until the end of the transaction
+ */
+static bool
+PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff)
+{
+	LeaseRow	row;
+	TimestampTz until;
+
+	if (HeldByThisTransaction(name))
+		return false;
+	if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, NoWait))
+		return false;
+
+	if (QueueIsEmpty(name))
+	{
+		LeaseStoreFetch(store, name, &row);
+		if (row.found &&
+			LeaseEndMoment(&row) <= cutoff &&
+			LeaseStatusNow(&row, GetCurrentTimestamp(), &until) == LEASE_FREE)
+		{
+			LeaseStoreDelete(store, &row);
+			return true;
+		}
+	}
+
+	NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
+	return false;
+}
+
+/*
+ * dlock_purge - SQL function dlock.purge(older_than)
+ *
+ * Deletes the rows of up to PURGE_BATCH names whose lease ended at least
+ * older_than ago and that may be purged (see the header comment); returns
+ * how many it deleted.
+ */
+Datum
+dlock_purge(PG_FUNCTION_ARGS)
+{
+	int64		older_than_us = ArgGetOlderThan(fcinfo, 0);
+	TimestampTz cutoff;
+	LeaseStore	store;
+	TableScanDesc scan;
+	HeapScanDesc hscan;
+	HeapTuple	tuple;
+	BlockNumber nblocks;
+	BlockNumber start;
+	MemoryContext row_context;
+	MemoryContext old_context;
+	int64		purged = 0;
+
+	PreventCommandDuringRecovery("dlock.purge()");
+	PreventCommandIfReadOnly("dlock.purge()");
+
+	/* An older_than beyond the timestamp range purges nothing */
+	if (pg_sub_s64_overflow(GetCurrentTimestamp(), older_than_us, &cutoff))
+		cutoff = DT_NOBEGIN;
+
+	LeaseStoreOpen(&store, RowExclusiveLock);
+
+	/* No synchronized scan: the scan starts where this backend left off */
+	scan = table_beginscan_strat(store.heap, SnapshotSelf, 0, NULL, true, false);
+	hscan = (HeapScanDesc) scan;
+	nblocks = hscan->rs_nblocks;
+	start = (resume_relid == RelationGetRelid(store.heap) &&
+			 resume_block < nblocks) ? resume_block : 0;
+	if (nblocks > 0)
+		heap_setscanlimits(scan, start, nblocks);
+	resume_relid = RelationGetRelid(store.heap);
+	resume_block = 0;
+
+	row_context = AllocSetContextCreate(CurrentMemoryContext, "dlock purge row",
+										ALLOCSET_SMALL_SIZES);
+
+	while (purged < PURGE_BATCH &&
+		   (tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		LeaseRow	row;
+		text	   *name_text;
+		LeaseName	name;
+
+		CHECK_FOR_INTERRUPTS();
+
+		old_context = MemoryContextSwitchTo(row_context);
+		name_text = LeaseStoreDecode(&store, tuple, &row);
+
+		/*
+		 * The scan's copy only decides whether the name is worth locking.  A
+		 * lease ended after the scan read its row is left for a later call.
+		 */
+		if (LeaseEndMoment(&row) <= cutoff)
+		{
+			LeaseNameInit(&name, VARDATA_ANY(name_text), VARSIZE_ANY_EXHDR(name_text));
+			if (PurgeName(&store, &name, cutoff))
+				purged++;
+		}
+		MemoryContextSwitchTo(old_context);
+		MemoryContextReset(row_context);
+	}
+
+	/* A full batch: the next call continues on the page this one ended on */
+	if (purged >= PURGE_BATCH && BlockNumberIsValid(hscan->rs_cblock))
+		resume_block = hscan->rs_cblock;
+
+	table_endscan(scan);
+	MemoryContextDelete(row_context);
+	LeaseStoreClose(&store);
+
+	PG_RETURN_INT64(purged);
+}

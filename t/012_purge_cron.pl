@@ -1,0 +1,126 @@
+# dlock.purge() with other sessions and with pg_cron:
+#  - a name that someone waits for is not purged, even while the name is
+#    free and its lock is not held: the waiter at the head of the queue is
+#    stopped (SIGSTOP) while it sleeps, right after the release that frees
+#    the name;
+#  - pg_cron runs dlock.purge() on a schedule: ended names go, live ones and
+#    those in their lock-delay stay.  Skipped when Debian's
+#    postgresql-15-cron is not installed.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $sharedir = `pg_config --sharedir`;
+chomp $sharedir;
+my $have_cron = -e "$sharedir/extension/pg_cron.control";
+
+my $node = PostgreSQL::Test::Cluster->new('purge');
+$node->init;
+if ($have_cron)
+{
+	$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'pg_cron'
+cron.database_name = 'postgres'
+cron.use_background_workers = on
+max_worker_processes = 20
+});
+}
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+
+note 'a name with a waiter is not purged';
+$node->safe_psql('postgres', q{SELECT dlock.try_acquire('queued', '1h', 'a')});
+my $bg = $node->background_psql('postgres');
+my $waiter = $bg->query_safe('SELECT pg_backend_pid()');
+$bg->query_until(qr/started/, q{\echo started
+SELECT 'granted-' || owner FROM dlock.acquire('queued', '1h', 'b');
+});
+
+# The waiter holds the head of the queue and sleeps on its latch between
+# looks at the lease; stop it there, not while it holds the name's lock
+my $locks_of_waiter = qq{
+  SELECT string_agg(objsubid::text, ',' ORDER BY objsubid) FROM pg_locks
+   WHERE pid = $waiter AND locktype = 'advisory' AND granted};
+my $stopped = 0;
+for my $attempt (1 .. 100)
+{
+	my $sleeping = $node->safe_psql('postgres',
+		qq{SELECT wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = $waiter});
+	if ($sleeping eq 't')
+	{
+		kill 'STOP', $waiter;
+		my $state = $node->safe_psql('postgres',
+			qq{SELECT wait_event_type FROM pg_stat_activity WHERE pid = $waiter});
+		if ($state eq 'Extension' && $node->safe_psql('postgres', $locks_of_waiter) eq '17485')
+		{
+			$stopped = 1;
+			last;
+		}
+		kill 'CONT', $waiter;
+	}
+	sleep 0.05;
+}
+ok($stopped, 'the waiter is stopped at the head of the queue, holding no name lock');
+
+is($node->safe_psql('postgres', q{SELECT dlock.release('queued', 'a')}),
+	't', 'the holder releases while the waiter cannot take the name');
+is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}),
+	'0', 'purge skips the free name that is waited for, without waiting itself');
+is($node->safe_psql('postgres', q{SELECT state FROM dlock.leases WHERE name = 'queued'}),
+	'released', 'its row stays');
+kill 'CONT', $waiter;
+like($bg->query_until(qr/granted-/, ''), qr/granted-b/, 'the waiter is granted the name once it runs');
+is($bg->query_safe(q{SELECT dlock.release('queued', 'b')}), 't', 'and releases it');
+is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}), '1',
+	'then nobody waits, and the name is purged');
+$bg->quit;
+
+SKIP:
+{
+	skip 'pg_cron is not installed (Debian package postgresql-15-cron)', 5
+	  unless $have_cron;
+
+	note 'pg_cron runs dlock.purge() on a schedule';
+	$node->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
+	my $version = $node->safe_psql('postgres',
+		q{SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'});
+	my ($major, $minor) = $version =~ /^(\d+)\.(\d+)/;
+	# Intervals in seconds came with pg_cron 1.5; before, once a minute
+	my $schedule = ($major > 1 || $minor >= 5) ? '2 seconds' : '* * * * *';
+	note "pg_cron $version, schedule '$schedule'";
+
+	$node->safe_psql('postgres', q{
+SELECT dlock.try_acquire('cron:ended:' || i, '1h', 'o') FROM generate_series(1, 20) i;
+SELECT dlock.release('cron:ended:' || i, 'o') FROM generate_series(1, 20) i;
+SELECT dlock.try_acquire('cron:live', '1h', 'o');
+SELECT dlock.try_acquire('cron:delayed', '1s', 'o', '1h');
+});
+	$node->safe_psql('postgres',
+		qq{SELECT cron.schedule('dlock-purge', '$schedule', \$\$SELECT dlock.purge('1 second')\$\$)});
+
+	ok( $node->poll_query_until('postgres',
+			q{SELECT count(*) = 0 FROM dlock.lease_state WHERE name LIKE 'cron:ended:%'}),
+		'the scheduled purge deletes the ended names');
+	is( $node->safe_psql('postgres',
+			q{SELECT string_agg(name || ' ' || state, ', ' ORDER BY name) FROM dlock.leases}),
+		'cron:delayed expired, cron:live live',
+		'the live name and the one in its lock-delay stay');
+	is( $node->safe_psql('postgres', q{
+SELECT count(*) FILTER (WHERE status = 'succeeded') > 0 AND count(*) FILTER (WHERE status = 'failed') = 0
+  FROM cron.job_run_details WHERE command LIKE '%dlock.purge%'}),
+		't', 'the job runs succeed');
+	is( $node->safe_psql('postgres', q{
+SELECT max(return_message) FROM cron.job_run_details
+ WHERE command LIKE '%dlock.purge%' AND status = 'succeeded'}),
+		'SELECT 1', 'a run reports its result');
+	is($node->safe_psql('postgres', q{SELECT cron.unschedule('dlock-purge')}),
+		't', 'the job is unscheduled');
+}
+
+$node->stop;
+done_testing();
