@@ -73,7 +73,9 @@ demo:
 	bash scripts/demo.sh
 
 # Benchmarks on throwaway clusters (see README, Performance): waiting and
-# handoff, then dlock side by side with its alternatives (about 25 minutes)
+# handoff, dlock.purge() on a million names, then dlock side by side with its
+# alternatives (about 25 minutes)
 bench:
 	bash bench/run.sh
+	bash bench/purge.sh
 	bash bench/compare.sh
