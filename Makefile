@@ -5,11 +5,11 @@ MODULE_big = dlock
 OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
              src/lease_status.o src/session.o src/waiting.o \
              src/durability.o src/lease_api.o src/fence.o \
-             src/holder.o src/purge.o
+             src/holder.o src/purge.o src/stats.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
-REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge
+REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge observability
 # Regression and isolation tests start a private instance unless TEMP_INSTANCE
 # is set empty (then they use the server of the libpq environment)
 TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \

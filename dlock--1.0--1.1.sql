@@ -379,3 +379,92 @@ BEGIN
   END IF;
 END
 $grant_purge$;
+
+--
+-- Observability: dlock.locks decodes dlock's entries of pg_locks, and
+-- dlock.stats shows per-name statistics kept in shared memory (only when
+-- dlock is in shared_preload_libraries; see src/stats.c).
+--
+-- A name's locks are keyed by a 64-bit hash of the name, which
+-- dlock.name_key() computes; a session-bound holder's lock is keyed by the
+-- token.  dlock.locks finds the name by matching the keys against the names
+-- in dlock.lease_state, so the name of a lock is known once the name has a
+-- committed row (a name's first grant shows NULL until it commits).  Like
+-- dlock.leases it shows names to every role, and no owners.
+--
+CREATE FUNCTION dlock.name_key(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_name_key'
+LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION dlock.name_key(text) IS
+  'The 64-bit key of the locks of lease name: pg_locks shows its high 32 bits in classid and its low 32 bits in objid.';
+
+-- pg_locks.waitstart exists from PostgreSQL 14 on
+DO $locks$
+BEGIN
+  EXECUTE pg_catalog.format($view$
+CREATE VIEW dlock.locks AS
+SELECT l.pid,
+       k.kind,
+       CASE WHEN k.kind OPERATOR(pg_catalog.=) 'session' THEN t.name ELSE n.name END AS name,
+       CASE WHEN k.kind OPERATOR(pg_catalog.=) 'session' THEN k.key END AS token,
+       l.mode,
+       l.granted,
+       %s AS waitstart
+  FROM pg_catalog.pg_locks l
+ CROSS JOIN LATERAL (
+       SELECT CASE l.objsubid WHEN 17484 THEN 'name' WHEN 17485 THEN 'queue' ELSE 'session' END AS kind,
+              (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+                OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8 AS key) k
+  LEFT JOIN (SELECT s.name, dlock.name_key(s.name) AS key FROM dlock.lease_state s) n
+         ON k.kind OPERATOR(pg_catalog.<>) 'session' AND n.key OPERATOR(pg_catalog.=) k.key
+  LEFT JOIN dlock.lease_state t
+         ON k.kind OPERATOR(pg_catalog.=) 'session' AND t.token OPERATOR(pg_catalog.=) k.key
+ WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+   AND l.objsubid OPERATOR(pg_catalog.=) ANY ('{17484,17485,17486}'::pg_catalog.int2[])
+   AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+$view$,
+    CASE WHEN pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.>=) 140000
+         THEN 'l.waitstart' ELSE 'NULL::pg_catalog.timestamptz' END);
+END
+$locks$;
+COMMENT ON VIEW dlock.locks IS
+  'dlock''s locks in pg_locks for this database. kind: name (a name''s state: AccessShareLock for a true fence, ShareUpdateExclusiveLock for a change, AccessExclusiveLock for a grant), queue (ExclusiveLock: the head of the name''s queue of waiters) or session (ExclusiveLock of a session-bound holder, key token). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
+GRANT SELECT ON dlock.locks TO PUBLIC;
+
+--
+-- Statistics since the last reset, per name in this database: counted when
+-- they happen, including calls whose transaction rolled back.  Reading them
+-- without preloading fails (55000) rather than showing nothing.
+--
+CREATE FUNCTION dlock.stats(
+  OUT name text, OUT grants bigint, OUT refusals bigint, OUT renewals bigint,
+  OUT waits bigint, OUT wait_time_total_ms double precision,
+  OUT wait_time_max_ms double precision, OUT timeouts bigint,
+  OUT released bigint, OUT expired bigint, OUT force_released bigint,
+  OUT session_ended bigint, OUT fence_ok bigint, OUT fence_refused bigint,
+  OUT last_grant_at timestamptz, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_stats'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION dlock.stats() IS
+  'Per-name statistics of this database since they were last reset: the rows of dlock.stats. Needs dlock in shared_preload_libraries.';
+
+CREATE VIEW dlock.stats AS
+SELECT s.name, s.grants, s.refusals, s.renewals, s.waits,
+       s.wait_time_total_ms, s.wait_time_max_ms, s.timeouts, s.released,
+       s.expired, s.force_released, s.session_ended, s.fence_ok,
+       s.fence_refused, s.last_grant_at, s.since
+  FROM dlock.stats() s;
+COMMENT ON VIEW dlock.stats IS
+  'Per-name statistics since the last reset or server start (attempts, including rolled-back ones): grants (new tokens), refusals (try_acquire NULL), renewals, waits and their time, timeouts, released, expired and session_ended (found ended without a release), force_released, fence_ok and fence_refused (fence decisions). The least active names are forgotten beyond dlock.stats_max; since: when the name''s entry was made. Needs dlock in shared_preload_libraries.';
+GRANT SELECT ON dlock.stats TO PUBLIC;
+
+CREATE FUNCTION dlock.stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'dlock_stats_reset'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION dlock.stats_reset() IS
+  'Forgets the statistics of this database''s lease names. Superusers only, unless granted.';
+REVOKE EXECUTE ON FUNCTION dlock.stats_reset() FROM PUBLIC;

@@ -7,9 +7,10 @@
  * transaction callback and the one subtransaction callback that run every
  * module's end-of-(sub)transaction work in a fixed order (below), and the
  * invalidation of its cached relation OIDs.
- * dlock keeps no shared memory of its own: waiters queue in the lock
+ * Leasing needs no shared memory of dlock's own: waiters queue in the lock
  * manager and are woken through their latches, so it works the same with
- * and without shared_preload_libraries.
+ * and without shared_preload_libraries.  Only the statistics (stats.c)
+ * need preloading, which reserves their shared memory.
  *
  * Invariants: I5 in docs/internals.md.
  *
@@ -24,6 +25,7 @@
 
 #include "access/xact.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "dlock.h"
@@ -66,6 +68,7 @@ static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
  *	   prepared transaction's lock on the name, which COMMIT PREPARED (in
  *	   any backend) releases, waking it at once.
  *	6. durability.c forgets what it noted about the transaction.
+ *	7. stats.c forgets which stale fences this transaction logged.
  * dlock's functions are PARALLEL UNSAFE, so the parallel events only reset.
  */
 static void
@@ -89,6 +92,7 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
 			SessionLeasesAtEOXact(event);
 			QueueWakesAtEOXact(event);
 			DurabilityAtEOXact();
+			StaleFenceAtEOXact();
 			break;
 		default:
 			break;
@@ -160,7 +164,50 @@ _PG_init(void)
 							 NULL,
 							 NULL);
 
+	DefineCustomBoolVariable("dlock.stats",
+							 "Collects per-name statistics in dlock.stats.",
+							 "Takes effect only when dlock is in shared_preload_libraries.",
+							 &dlock_stats_enabled,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL,
+							 DlockStatsEnabledAssign,
+							 NULL);
+
+	/*
+	 * The size of the statistics' shared memory: it exists, like the memory,
+	 * only when the module is preloaded (a PGC_POSTMASTER setting cannot be
+	 * defined once the server runs)
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("dlock.stats_max",
+								"Sets the number of lease names dlock.stats keeps.",
+								"When more names are active, the least active ones are forgotten. Each entry takes about 1.2 kB of shared memory.",
+								&dlock_stats_max,
+								1000,
+								10,
+								100000,
+								PGC_POSTMASTER,
+								0,
+								NULL,
+								NULL,
+								NULL);
+
+	DefineCustomBoolVariable("dlock.log_stale_fences",
+							 "Logs writes that dlock.fence() refused for a stale token.",
+							 "One line per lease name and token in each transaction, for tokens known to have been granted for that name.",
+							 &dlock_log_stale_fences,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
+
 	MarkGUCPrefixReserved("dlock");
+
+	DlockStatsInit();
 
 	RegisterXactCallback(DlockXactCallback, NULL);
 	RegisterSubXactCallback(DlockSubXactCallback, NULL);

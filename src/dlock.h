@@ -165,7 +165,6 @@ extern LeaseStoreScan *LeaseStoreBeginScan(LeaseStore *store, Snapshot snapshot)
 extern bool LeaseStoreScanNext(LeaseStoreScan *scan, LeaseRow *row, text **name);
 extern void LeaseStoreEndScan(LeaseStoreScan *scan);
 
-
 /*
  * lease_status.c: the lease state model.  Its banner has the states, the
  * events and the transitions between them.
@@ -255,6 +254,48 @@ extern void ReleaseCallBegin(void);
 extern void ReleaseCallEnd(bool released);
 extern void DurabilityAtPreCommit(bool prepare);
 extern void DurabilityAtEOXact(void);
+
+/* stats.c: per-name statistics (with shared_preload_libraries only) */
+typedef enum DlockStatsEvent
+{
+	DLOCK_STAT_GRANT,			/* a new token issued */
+	DLOCK_STAT_REFUSAL,			/* try_acquire returned NULL */
+	DLOCK_STAT_RENEWAL,			/* renew, or the same owner asking again */
+	DLOCK_STAT_WAIT,			/* an acquire had to wait */
+	DLOCK_STAT_TIMEOUT,			/* an acquire ran out of time (55P03) */
+	DLOCK_STAT_RELEASE,			/* release returned true */
+	DLOCK_STAT_FORCE_RELEASE,	/* force_release returned true */
+	DLOCK_STAT_EXPIRED,			/* a lease found ended by expiry */
+	DLOCK_STAT_SESSION_ENDED,	/* a session-bound lease found without holder */
+	DLOCK_STAT_FENCE_OK,		/* a fence decision: true */
+	DLOCK_STAT_FENCE_REFUSED,	/* a fence decision: false */
+	DLOCK_STAT_NUM_EVENTS
+} DlockStatsEvent;
+
+extern bool dlock_stats_enabled;	/* dlock.stats */
+extern int	dlock_stats_max;	/* dlock.stats_max */
+extern bool dlock_log_stale_fences; /* dlock.log_stale_fences */
+extern bool dlock_stats_counting;	/* preloaded, and dlock.stats on */
+
+extern void DlockStatsInit(void);
+extern void DlockStatsEnabledAssign(bool newval, void *extra);
+extern void DlockStatsCountEvent(const LeaseName *name, DlockStatsEvent event);
+extern void DlockStatsWaitEnded(const LeaseName *name, TimestampTz start);
+extern void DlockStatsGranted(const LeaseName *name, const LeaseRow *old,
+							  TimestampTz now);
+extern void DlockStatsHolderLost(const LeaseName *name, const LeaseRow *row,
+								 TimestampTz now);
+extern void StaleFenceReport(const LeaseName *name, int64 token,
+							 const LeaseRow *row, TimestampTz now);
+extern void StaleFenceAtEOXact(void);
+
+/* The counting calls: one branch when the statistics are off */
+static inline void
+DlockStatsCount(const LeaseName *name, DlockStatsEvent event)
+{
+	if (dlock_stats_counting)
+		DlockStatsCountEvent(name, event);
+}
 
 /* fence.c */
 extern void FenceCacheLeaseChanged(void);

@@ -112,4 +112,12 @@ dlock_init_materialized_srf(FunctionCallInfo fcinfo)
 }
 #endif
 
+/*
+ * Shared memory is requested from shmem_request_hook since 15; before, from
+ * _PG_init while shared_preload_libraries is processed
+ */
+#if PG_VERSION_NUM >= 150000
+#define DLOCK_HAVE_SHMEM_REQUEST_HOOK 1
+#endif
+
 #endif							/* DLOCK_COMPAT_H */

@@ -26,7 +26,9 @@
  * entries; beyond that only the previous call's answer is kept.
  *
  * A false answer releases the lock it took, so a stale holder's refused
- * write does not hold up the next grant.
+ * write does not hold up the next grant.  Each decision (not each cached
+ * answer) is counted in the statistics, and a refused token that is known
+ * to have been granted for the name is logged (stats.c).
  *
  * Invariants: I3, I4 in docs/internals.md.
  *
@@ -238,6 +240,7 @@ FenceCheck(const LeaseName *name, int64 token)
 {
 	LeaseStore	store;
 	LeaseRow	row;
+	TimestampTz now;
 	bool		result;
 	ErrorContextCallback fencecontext;
 
@@ -256,9 +259,16 @@ FenceCheck(const LeaseName *name, int64 token)
 	LeaseStoreFetch(&store, name, &row);
 	LeaseStoreClose(&store);
 
-	result = LeaseIsLive(&row, GetCurrentTimestamp()) && row.token == token;
+	now = GetCurrentTimestamp();
+	result = LeaseIsLive(&row, now) && row.token == token;
 	if (!result)
+	{
+		if (dlock_log_stale_fences)
+			StaleFenceReport(name, token, &row, now);
 		NameLockReleaseForTransaction(name, DLOCK_FENCE_LOCKMODE);
+	}
+	/* One count per decision: the cache answers the repeat calls */
+	DlockStatsCount(name, result ? DLOCK_STAT_FENCE_OK : DLOCK_STAT_FENCE_REFUSED);
 	return result;
 }
 

@@ -173,6 +173,7 @@ ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 {
 	row->expires_at = ExpiryAfter(now, ttl_us);
 	WriteChange(store, name, row);
+	DlockStatsCount(name, DLOCK_STAT_RENEWAL);
 }
 
 /*
@@ -203,6 +204,8 @@ GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 				 errhint("Advance the counter with SELECT setval('dlock.token_seq', (SELECT max(token) FROM dlock.lease_state)).")));
 
 	now = GetCurrentTimestamp();
+	if (dlock_stats_counting)
+		DlockStatsGranted(&req->name, row, now);
 	row->token = token;
 	row->owner = req->owner;
 	row->holder_role = GetUserId();
@@ -365,7 +368,10 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 		outcome = AttemptGrant(&req, NoWait, true, &row, &wait);
 
 	if (outcome != GRANT_DONE)
+	{
+		DlockStatsCount(&req.name, DLOCK_STAT_REFUSAL);
 		PG_RETURN_NULL();
+	}
 	PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 }
 
@@ -391,12 +397,40 @@ AcquireLimit(int64 timeout_us)
 }
 
 /*
+ * AcquireWaitBegins - an acquire() has to wait: count it once, and note
+ * when its wait began in *wait_start (left 0 when statistics are off)
+ */
+static inline void
+AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start)
+{
+	if (dlock_stats_counting && *wait_start == 0)
+	{
+		*wait_start = GetCurrentTimestamp();
+		DlockStatsCountEvent(name, DLOCK_STAT_WAIT);
+	}
+}
+
+/*
+ * AcquireWaitEnded - an acquire() that waited got the lease or timed out
+ */
+static inline void
+AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start)
+{
+	if (dlock_stats_counting && wait_start != 0)
+		DlockStatsWaitEnded(name, wait_start);
+}
+
+/*
  * AcquireTimedOut - raise 55P03 for a wait that ran out of time
  */
 static void
-AcquireTimedOut(const LeaseName *name, GrantOutcome outcome)
+AcquireTimedOut(const LeaseName *name, GrantOutcome outcome,
+				TimestampTz wait_start)
 {
 	const char *detail;
+
+	AcquireWaitEnded(name, wait_start);
+	DlockStatsCount(name, DLOCK_STAT_TIMEOUT);
 
 	switch (outcome)
 	{
@@ -450,6 +484,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	WaitLimit	limit;
 	GrantOutcome outcome;
 	ErrorContextCallback waitcontext;
+	TimestampTz wait_start = 0;
 
 	GetGrantRequest(fcinfo, &req, 4, 5);
 	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
@@ -477,10 +512,12 @@ dlock_acquire(PG_FUNCTION_ARGS)
 			error_context_stack = waitcontext.previous;
 			PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 		}
+		if (limit.wait)
+			AcquireWaitBegins(&req.name, &wait_start);
 		if (!QueueJoin(&req.name, limit))
 		{
 			error_context_stack = waitcontext.previous;
-			AcquireTimedOut(&req.name, GRANT_QUEUED);
+			AcquireTimedOut(&req.name, GRANT_QUEUED, wait_start);
 		}
 	}
 
@@ -493,6 +530,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 		if (outcome == GRANT_DONE)
 		{
 			QueueLeave(&req.name);
+			AcquireWaitEnded(&req.name, wait_start);
 			error_context_stack = waitcontext.previous;
 			PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 		}
@@ -500,6 +538,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 			(limit.deadline != DT_NOEND && GetCurrentTimestamp() >= limit.deadline))
 			break;
 
+		AcquireWaitBegins(&req.name, &wait_start);
 		if (outcome == GRANT_HELD && wait.session_token != 0)
 			SessionLeaseWaitForHolder(wait.session_token, wait.until, limit);
 		else
@@ -507,7 +546,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	}
 
 	error_context_stack = waitcontext.previous;
-	AcquireTimedOut(&req.name, outcome);
+	AcquireTimedOut(&req.name, outcome, wait_start);
 	PG_RETURN_NULL();			/* keep compiler quiet */
 }
 
@@ -527,6 +566,9 @@ FetchHeldLease(LeaseStore *store, const LeaseName *name, const char *owner,
 	*now = GetCurrentTimestamp();
 	if (LeaseIsLive(row, *now) && IsSameHolder(row, owner))
 		return true;
+	/* The holder finds its lease lost: counted once per token */
+	if (dlock_stats_counting && row->found && IsSameHolder(row, owner))
+		DlockStatsHolderLost(name, row, *now);
 	NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
 	LeaseStoreClose(store);
 	return false;
@@ -604,6 +646,7 @@ dlock_release(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	}
 	EndLease(&store, &name, &row, now, LEASE_END_RELEASED);
+	DlockStatsCount(&name, DLOCK_STAT_RELEASE);
 	LeaseStoreClose(&store);
 	ReleaseCallEnd(true);
 	PG_RETURN_BOOL(true);
@@ -650,6 +693,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 	}
 
 	EndLease(&store, &name, &row, now, LEASE_END_FORCE_RELEASED);
+	DlockStatsCount(&name, DLOCK_STAT_FORCE_RELEASE);
 	LeaseStoreClose(&store);
 	PG_RETURN_BOOL(true);
 }

@@ -1,0 +1,696 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.c
+ *	  Per-name statistics in shared memory (dlock.stats, dlock.stats_reset),
+ *	  the log line of refused stale writes (dlock.log_stale_fences), and
+ *	  dlock.name_key(), which lets dlock.locks name the locks in pg_locks.
+ *
+ * The statistics exist only when dlock is in shared_preload_libraries: the
+ * postmaster then reserves a hash table of dlock.stats_max entries, one per
+ * (database, name), guarded by one LWLock (shared to find an entry and count
+ * into it, exclusive to add or remove entries) and a spinlock per entry for
+ * its counters.  A full table evicts its least active entries, as
+ * pg_stat_statements does: each event adds one to an entry's usage, every
+ * eviction pass ages all usages, and the lowest few percent go.  Nothing is
+ * written to disk: the counters survive reconnects, and a server restart
+ * (or a crash) starts them from zero.
+ *
+ * Events are counted when they happen, in the transaction that makes them,
+ * whether it commits or not: the counters are attempts, including the ones
+ * that rolled back.  An entry also remembers the last few tokens of its
+ * name that were superseded by a grant, and how their leases ended; that
+ * lets the stale-fence log line say how long ago an older token's lease
+ * ended (see StaleFenceReport for the exact rule).
+ *
+ * Without preloading, every counting call is one branch on
+ * dlock_stats_counting (dlock.h) and reading the statistics fails.
+ * Invariants of the lease itself are in docs/internals.md.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/stats.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "dlock.h"
+#include "dlock_compat.h"
+
+PG_FUNCTION_INFO_V1(dlock_stats);
+PG_FUNCTION_INFO_V1(dlock_stats_reset);
+PG_FUNCTION_INFO_V1(dlock_name_key);
+
+/* Superseded tokens remembered per name, for the stale-fence log line */
+#define STATS_PAST_LEASES		4
+
+/* Eviction: the share of entries removed per pass, and the ageing factor */
+#define STATS_EVICT_PERCENT		5
+#define STATS_USAGE_DECAY		0.99
+
+/* Stale (name, token) pairs logged per transaction at most */
+#define STALE_LOGGED_MAX		64
+
+#define STATS_TRANCHE_NAME		"dlock stats"
+
+/* How a lease that is no longer live ended, as remembered */
+typedef enum PastEnd
+{
+	PAST_RELEASED,
+	PAST_FORCE_RELEASED,
+	PAST_EXPIRED,
+	PAST_SESSION_ENDED
+} PastEnd;
+
+typedef struct PastLease
+{
+	int64		token;			/* 0: empty slot */
+	TimestampTz ended_at;		/* for PAST_SESSION_ENDED: when it was noticed */
+	PastEnd		how;
+} PastLease;
+
+/* Hash key; memset before use, since the padding is hashed too */
+typedef struct StatsKey
+{
+	Oid			dbid;
+	uint64		name_hash;
+} StatsKey;
+
+typedef struct StatsEntry
+{
+	StatsKey	key;			/* hash key: must be first */
+	slock_t		mutex;			/* protects everything below but the name */
+	double		usage;
+	TimestampTz since;			/* when the entry was made */
+	int64		counts[DLOCK_STAT_NUM_EVENTS];
+	double		wait_total_ms;
+	double		wait_max_ms;
+	TimestampTz last_grant_at;	/* 0: none */
+	int64		last_lost_token;	/* newest token counted as expired or
+									 * session_ended, so each is counted once */
+	PastLease	past[STATS_PAST_LEASES];
+	int			past_next;
+	int			name_len;		/* set once, when made */
+	char		name[DLOCK_MAX_NAME_BYTES];
+} StatsEntry;
+
+typedef struct StatsShared
+{
+	LWLock	   *lock;
+} StatsShared;
+
+/* GUCs (defined in dlock.c) */
+bool		dlock_stats_enabled = true;
+int			dlock_stats_max = 1000;
+bool		dlock_log_stale_fences = true;
+
+/* Preloaded, attached and dlock.stats on: the one branch of every call */
+bool		dlock_stats_counting = false;
+
+static StatsShared *Stats = NULL;
+static HTAB *StatsHash = NULL;
+
+#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* (name, token) pairs this transaction has logged as stale */
+static struct
+{
+	uint64		name_hash;
+	int64		token;
+}			StaleLogged[STALE_LOGGED_MAX];
+static int	StaleLoggedCount = 0;
+
+static Size
+StatsShmemSize(void)
+{
+	return add_size(MAXALIGN(sizeof(StatsShared)),
+					hash_estimate_size(dlock_stats_max, sizeof(StatsEntry)));
+}
+
+static void
+StatsShmemRequest(void)
+{
+#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(StatsShmemSize());
+	RequestNamedLWLockTranche(STATS_TRANCHE_NAME, 1);
+}
+
+static void
+StatsShmemStartup(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	Stats = ShmemInitStruct("dlock stats", sizeof(StatsShared), &found);
+	if (!found)
+		Stats->lock = &(GetNamedLWLockTranche(STATS_TRANCHE_NAME))->lock;
+	info.keysize = sizeof(StatsKey);
+	info.entrysize = sizeof(StatsEntry);
+	StatsHash = ShmemInitHash("dlock stats hash",
+							  dlock_stats_max, dlock_stats_max,
+							  &info, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+
+	dlock_stats_counting = dlock_stats_enabled;
+}
+
+/*
+ * DlockStatsInit - from _PG_init: reserve shared memory when preloaded
+ */
+void
+DlockStatsInit(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = StatsShmemRequest;
+#else
+	StatsShmemRequest();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = StatsShmemStartup;
+}
+
+/*
+ * DlockStatsEnabledAssign - assign hook of dlock.stats
+ */
+void
+DlockStatsEnabledAssign(bool newval, void *extra pg_attribute_unused())
+{
+	dlock_stats_counting = newval && StatsHash != NULL;
+}
+
+static int
+UsageCompare(const void *a, const void *b)
+{
+	double		ua = (*(StatsEntry *const *) a)->usage;
+	double		ub = (*(StatsEntry *const *) b)->usage;
+
+	return (ua > ub) - (ua < ub);
+}
+
+/*
+ * StatsEvict - make room: remove the least active entries, age the others;
+ * the caller holds the lock exclusively
+ */
+static void
+StatsEvict(void)
+{
+	HASH_SEQ_STATUS seq;
+	StatsEntry **entries;
+	StatsEntry *entry;
+	int			n = 0;
+	int			nvictims;
+
+	entries = palloc(hash_get_num_entries(StatsHash) * sizeof(StatsEntry *));
+	hash_seq_init(&seq, StatsHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		entries[n++] = entry;
+		/* Exclusive lock: no one counts meanwhile, the spinlock is not needed */
+		entry->usage *= STATS_USAGE_DECAY;
+	}
+	qsort(entries, n, sizeof(StatsEntry *), UsageCompare);
+	nvictims = Max(1, n * STATS_EVICT_PERCENT / 100);
+	for (int i = 0; i < Min(nvictims, n); i++)
+		hash_search(StatsHash, &entries[i]->key, HASH_REMOVE, NULL);
+	pfree(entries);
+}
+
+/*
+ * StatsEntryFor - the entry of a name in this database, made if needed;
+ * NULL on a 64-bit hash collision with another name (its events are not
+ * counted).  Returns with the lock held (shared, or exclusive when the
+ * entry was just made); the caller releases it.
+ */
+static StatsEntry *
+StatsEntryFor(const LeaseName *name, bool create)
+{
+	StatsKey	key;
+	StatsEntry *entry;
+	bool		found;
+
+	memset(&key, 0, sizeof(key));
+	key.dbid = MyDatabaseId;
+	key.name_hash = name->hash;
+
+	LWLockAcquire(Stats->lock, LW_SHARED);
+	entry = hash_search(StatsHash, &key, HASH_FIND, NULL);
+	if (entry == NULL && create)
+	{
+		LWLockRelease(Stats->lock);
+		LWLockAcquire(Stats->lock, LW_EXCLUSIVE);
+		entry = hash_search(StatsHash, &key, HASH_FIND, NULL);
+		if (entry == NULL)
+		{
+			if (hash_get_num_entries(StatsHash) >= dlock_stats_max)
+				StatsEvict();
+			entry = hash_search(StatsHash, &key, HASH_ENTER, &found);
+			Assert(!found);
+			memset((char *) entry + sizeof(StatsKey), 0,
+				   sizeof(StatsEntry) - sizeof(StatsKey));
+			SpinLockInit(&entry->mutex);
+			entry->usage = 1.0;
+			entry->since = GetCurrentTimestamp();
+			entry->name_len = name->len;
+			memcpy(entry->name, name->data, name->len);
+		}
+		/* Keep the exclusive lock: the caller releases it either way */
+	}
+	if (entry != NULL &&
+		(entry->name_len != name->len ||
+		 memcmp(entry->name, name->data, name->len) != 0))
+		entry = NULL;
+	return entry;
+}
+
+/*
+ * DlockStatsCountEvent - count one event of a name (DlockStatsCount)
+ */
+void
+DlockStatsCountEvent(const LeaseName *name, DlockStatsEvent event)
+{
+	StatsEntry *entry = StatsEntryFor(name, true);
+
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		entry->counts[event]++;
+		entry->usage += 1.0;
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(Stats->lock);
+}
+
+/*
+ * DlockStatsWaitEnded - an acquire() that waited got the lease or timed
+ * out: add its wait, from start until now
+ */
+void
+DlockStatsWaitEnded(const LeaseName *name, TimestampTz start)
+{
+	double		ms = (double) (GetCurrentTimestamp() - start) / 1000.0;
+	StatsEntry *entry = StatsEntryFor(name, true);
+
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		entry->wait_total_ms += ms;
+		entry->wait_max_ms = Max(entry->wait_max_ms, ms);
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(Stats->lock);
+}
+
+/*
+ * LostEnd - how a row's lease ended when it ended without a release: by
+ * expiry or with its holder's session.  False for a row with no such end
+ * (none, still live, or released/force-released).  The caller holds the
+ * name's lock (LeaseHolderAlive probes the session lock).
+ */
+static bool
+LostEnd(const LeaseRow *row, TimestampTz now, PastEnd *how, TimestampTz *ended_at)
+{
+	LeaseClassification lease;
+
+	if (!row->found || row->ended)
+		return false;
+	LeaseClassify(row, now, LeaseHolderAlive(row), &lease);
+	switch (lease.state)
+	{
+		case LEASE_STATE_SESSION_ENDED:
+			*how = PAST_SESSION_ENDED;
+			*ended_at = now;
+			return true;
+		case LEASE_STATE_EXPIRED:
+			*how = PAST_EXPIRED;
+			*ended_at = row->expires_at;
+			return true;
+		default:
+			return false;
+	}
+}
+
+/* Count a lost lease once per token; the caller holds entry->mutex */
+static void
+CountLostOnce(StatsEntry *entry, int64 token, PastEnd how)
+{
+	if (token <= entry->last_lost_token)
+		return;
+	entry->last_lost_token = token;
+	entry->counts[how == PAST_SESSION_ENDED ? DLOCK_STAT_SESSION_ENDED : DLOCK_STAT_EXPIRED]++;
+	entry->usage += 1.0;
+}
+
+/*
+ * DlockStatsGranted - a new token is being issued for name over old, the
+ * row as it was (the caller holds the name's grant lock)
+ *
+ * Counts the grant, and an expiry or a session end that nobody had noticed
+ * yet; remembers the superseded token and how its lease ended.
+ */
+void
+DlockStatsGranted(const LeaseName *name, const LeaseRow *old, TimestampTz now)
+{
+	PastLease	past = {0, 0, PAST_RELEASED};
+	bool		lost = false;
+	StatsEntry *entry;
+
+	if (old->found)
+	{
+		past.token = old->token;
+		if (old->ended)
+		{
+			past.how = old->end_reason == LEASE_END_RELEASED ?
+				PAST_RELEASED : PAST_FORCE_RELEASED;
+			past.ended_at = old->ended_at;
+		}
+		else
+			lost = LostEnd(old, now, &past.how, &past.ended_at);
+	}
+
+	entry = StatsEntryFor(name, true);
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		entry->counts[DLOCK_STAT_GRANT]++;
+		entry->usage += 1.0;
+		entry->last_grant_at = now;
+		if (lost)
+			CountLostOnce(entry, past.token, past.how);
+		if (past.token != 0)
+		{
+			entry->past[entry->past_next] = past;
+			entry->past_next = (entry->past_next + 1) % STATS_PAST_LEASES;
+		}
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(Stats->lock);
+}
+
+/*
+ * DlockStatsHolderLost - the holder of row's lease asked to renew or
+ * release it and found it no longer live (the caller holds the name's lock)
+ */
+void
+DlockStatsHolderLost(const LeaseName *name, const LeaseRow *row, TimestampTz now)
+{
+	PastEnd		how;
+	TimestampTz ended_at;
+	StatsEntry *entry;
+
+	if (!LostEnd(row, now, &how, &ended_at))
+		return;
+	entry = StatsEntryFor(name, true);
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		CountLostOnce(entry, row->token, how);
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(Stats->lock);
+}
+
+/*
+ * PastLeaseOf - what the statistics remember about an older token of name
+ */
+static bool
+PastLeaseOf(const LeaseName *name, int64 token, PastLease *result)
+{
+	StatsEntry *entry;
+	bool		found = false;
+
+	if (StatsHash == NULL)
+		return false;
+	entry = StatsEntryFor(name, false);
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		for (int i = 0; i < STATS_PAST_LEASES; i++)
+		{
+			if (entry->past[i].token == token)
+			{
+				*result = entry->past[i];
+				found = true;
+				break;
+			}
+		}
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(Stats->lock);
+	return found;
+}
+
+static const char *
+PastEndVerb(PastEnd how)
+{
+	switch (how)
+	{
+		case PAST_RELEASED:
+			return "was released";
+		case PAST_FORCE_RELEASED:
+			return "was force-released";
+		case PAST_EXPIRED:
+			return "expired";
+		case PAST_SESSION_ENDED:
+			break;
+	}
+	return "ended with its session";
+}
+
+/*
+ * StaleFenceReport - fence(name, token) refused; log it when token is known
+ * to have been granted for name
+ *
+ * row is the name's row, read under the name's lock.  The rule:
+ *	- token equal to the row's token (whose lease is not live): logged, with
+ *	  how and when that lease ended;
+ *	- an older token: logged only if the statistics remember it as one of
+ *	  the last superseded tokens of this name (they record the token of the
+ *	  row each grant replaces, a committed fact).  Tokens are database-wide,
+ *	  so an older token the statistics do not remember may never have been
+ *	  this name's: it is not logged;
+ *	- a token newer than the row's, or a name never granted: never logged.
+ * Each (name, token) is logged once per transaction, for at most
+ * STALE_LOGGED_MAX pairs.
+ */
+void
+StaleFenceReport(const LeaseName *name, int64 token, const LeaseRow *row,
+				 TimestampTz now)
+{
+	PastLease	past;
+	char		current[64];
+
+	if (!row->found || token > row->token)
+		return;
+	if (StaleLoggedCount >= STALE_LOGGED_MAX)
+		return;
+	for (int i = 0; i < StaleLoggedCount; i++)
+		if (StaleLogged[i].name_hash == name->hash && StaleLogged[i].token == token)
+			return;
+
+	if (token == row->token)
+	{
+		past.token = token;
+		if (row->ended)
+		{
+			past.how = row->end_reason == LEASE_END_RELEASED ?
+				PAST_RELEASED : PAST_FORCE_RELEASED;
+			past.ended_at = row->ended_at;
+		}
+		else if (!LostEnd(row, now, &past.how, &past.ended_at))
+			return;				/* live after all: not stale */
+		strlcpy(current, "no live lease", sizeof(current));
+	}
+	else
+	{
+		if (!PastLeaseOf(name, token, &past))
+			return;
+		snprintf(current, sizeof(current), "current token " INT64_FORMAT, row->token);
+	}
+
+	StaleLogged[StaleLoggedCount].name_hash = name->hash;
+	StaleLogged[StaleLoggedCount].token = token;
+	StaleLoggedCount++;
+
+	if (past.how == PAST_SESSION_ENDED)
+		ereport(LOG,
+				(errmsg("dlock: refused write with stale token " INT64_FORMAT " for lease \"%.*s\": %s, lease " INT64_FORMAT " ended with its session (noticed %.1f s ago)",
+						token, name->len, name->data, current, token,
+						(double) (now - past.ended_at) / USECS_PER_SEC)));
+	else
+		ereport(LOG,
+				(errmsg("dlock: refused write with stale token " INT64_FORMAT " for lease \"%.*s\": %s, lease " INT64_FORMAT " %s %.1f s ago",
+						token, name->len, name->data, current, token,
+						PastEndVerb(past.how),
+						(double) (now - past.ended_at) / USECS_PER_SEC)));
+}
+
+/*
+ * StaleFenceAtEOXact - the transaction ended (dispatcher, dlock.c): a new
+ * one logs its stale writes again
+ */
+void
+StaleFenceAtEOXact(void)
+{
+	StaleLoggedCount = 0;
+}
+
+static void
+RequireStats(void)
+{
+	if (StatsHash == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dlock statistics are not available"),
+				 errdetail("The statistics live in shared memory, which dlock reserves only when the server loads it at start."),
+				 errhint("Add dlock to shared_preload_libraries and restart the server.")));
+}
+
+#define STATS_COLUMNS	16
+
+/*
+ * dlock_stats - SQL function dlock.stats(): this database's entries
+ */
+Datum
+dlock_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tupdesc;
+	Tuplestorestate *tupstore;
+	MemoryContext oldcontext;
+	HASH_SEQ_STATUS seq;
+	StatsEntry *entry;
+
+	RequireStats();
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != STATS_COLUMNS)
+		elog(ERROR, "dlock.stats() has %d columns, expected %d",
+			 tupdesc->natts, STATS_COLUMNS);
+
+	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	tupdesc = CreateTupleDescCopy(tupdesc);
+	tupstore = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tupstore;
+	rsinfo->setDesc = tupdesc;
+	MemoryContextSwitchTo(oldcontext);
+
+	LWLockAcquire(Stats->lock, LW_SHARED);
+	hash_seq_init(&seq, StatsHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		StatsEntry	copy;
+		Datum		values[STATS_COLUMNS];
+		bool		nulls[STATS_COLUMNS];
+		int			i = 0;
+
+		if (entry->key.dbid != MyDatabaseId)
+			continue;
+		SpinLockAcquire(&entry->mutex);
+		memcpy(&copy, entry, offsetof(StatsEntry, name));
+		SpinLockRelease(&entry->mutex);
+
+		memset(nulls, 0, sizeof(nulls));
+		values[i++] = PointerGetDatum(cstring_to_text_with_len(entry->name,
+															   entry->name_len));
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_GRANT]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_REFUSAL]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_RENEWAL]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_WAIT]);
+		values[i++] = Float8GetDatum(copy.wait_total_ms);
+		values[i++] = Float8GetDatum(copy.wait_max_ms);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_TIMEOUT]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_RELEASE]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_EXPIRED]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_FORCE_RELEASE]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_SESSION_ENDED]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_FENCE_OK]);
+		values[i++] = Int64GetDatum(copy.counts[DLOCK_STAT_FENCE_REFUSED]);
+		if (copy.last_grant_at != 0)
+			values[i] = TimestampTzGetDatum(copy.last_grant_at);
+		else
+			nulls[i] = true;
+		i++;
+		values[i++] = TimestampTzGetDatum(copy.since);
+		Assert(i == STATS_COLUMNS);
+		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+	}
+	LWLockRelease(Stats->lock);
+
+	return (Datum) 0;
+}
+
+/*
+ * dlock_stats_reset - SQL function dlock.stats_reset(): forget this
+ * database's entries (EXECUTE is revoked from PUBLIC)
+ */
+Datum
+dlock_stats_reset(PG_FUNCTION_ARGS)
+{
+	HASH_SEQ_STATUS seq;
+	StatsEntry *entry;
+
+	RequireStats();
+
+	LWLockAcquire(Stats->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, StatsHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		/* Removing the entry just returned is allowed during a scan */
+		if (entry->key.dbid == MyDatabaseId)
+			hash_search(StatsHash, &entry->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(Stats->lock);
+
+	PG_RETURN_VOID();
+}
+
+/*
+ * dlock_name_key - SQL function dlock.name_key(name text): the 64-bit key
+ * of name's locks, as pg_locks shows it in classid (high 32 bits) and objid
+ * (low 32 bits)
+ */
+Datum
+dlock_name_key(PG_FUNCTION_ARGS)
+{
+	text	   *t = PG_GETARG_TEXT_PP(0);
+	LeaseName	name;
+
+	LeaseNameInit(&name, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	PG_RETURN_INT64((int64) name.hash);
+}
