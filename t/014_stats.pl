@@ -1,0 +1,219 @@
+# Statistics with dlock preloaded (dlock.stats): exact counts of a known
+# workload, reset, eviction of the least active names, survival across
+# backends; the log line of refused stale writes (dlock.log_stale_fences);
+# and dlock.locks as other sessions see a waiter and an uncommitted grant.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('stats');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'dlock'
+dlock.stats_max = 20
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+
+sub sql { return $node->safe_psql('postgres', @_); }
+
+# stats(name): the counters of a name, as "column=value ..." of the nonzero ones
+my @counters = qw(grants refusals renewals waits timeouts released expired
+  force_released session_ended fence_ok fence_refused);
+sub stats
+{
+	my ($name) = @_;
+	my $row = sql('SELECT ' . join(", ", @counters) . " FROM dlock.stats WHERE name = '$name'");
+	return '(none)' if $row eq '';
+	my @v = split /\|/, $row;
+	return join ' ', map { $v[$_] ? "$counters[$_]=$v[$_]" : () } 0 .. $#counters;
+}
+
+note 'a known workload gives exact counts';
+is(sql(q{SELECT count(*) FROM dlock.stats}), '0', 'nothing counted before the first call');
+my $t = sql(q{SELECT token FROM dlock.try_acquire('w:a', '1h', 'o1')});
+sql(q{SELECT dlock.try_acquire('w:a', '1h', 'o2')});
+sql(q{SELECT dlock.try_acquire('w:a', '1h', 'o1')});
+sql(q{SELECT dlock.renew('w:a', 'o1', '1h')});
+# one decision per transaction for many rows and repeated calls
+sql(qq{SELECT count(*) FROM generate_series(1, 1000) WHERE dlock.fence('w:a', $t)});
+sql(qq{SELECT dlock.fence('w:a', $t + 1000), dlock.fence('w:a', $t + 1000)});
+sql(q{SELECT dlock.release('w:a', 'o1')});
+sql(q{SELECT dlock.release('w:a', 'o1')});
+is(stats('w:a'), 'grants=1 refusals=1 renewals=2 released=1 fence_ok=1 fence_refused=1',
+	'grant, refusal, renewals, fence decisions, release');
+
+# A rolled-back grant is counted: these are attempts
+sql(q{BEGIN; SELECT dlock.try_acquire('w:rollback', '1h', 'o'); ROLLBACK;});
+is(stats('w:rollback'), 'grants=1', 'a rolled-back grant counts');
+
+# Waits: one that gets the lease after its expiry (the grant over the
+# expired lease counts it), one that times out
+sql(q{SELECT dlock.try_acquire('w:b', '300ms', 'o1')});
+sql(q{SELECT dlock.acquire('w:b', '1h', 'o2', timeout => '10s')});
+sql(q{SELECT dlock.try_acquire('w:c', '1h', 'o1')});
+my ($ret, $out, $err) = $node->psql('postgres',
+	q{SELECT dlock.acquire('w:c', '1h', 'o2', timeout => '200ms')});
+like($err, qr/could not acquire lease "w:c" within the timeout/, 'the wait timed out');
+sql(q{SELECT dlock.force_release('w:c')});
+is(stats('w:b'), 'grants=2 waits=1 expired=1', 'a wait, and the expiry found by the next grant');
+is(stats('w:c'), 'grants=1 waits=1 timeouts=1 force_released=1', 'a timed-out wait and a force_release');
+my ($total, $max) = split /\|/, sql(q{SELECT wait_time_total_ms, wait_time_max_ms
+	FROM dlock.stats WHERE name = 'w:b'});
+ok($total >= 100 && $total < 10000 && $max == $total,
+	"the wait time is measured (${total} ms)");
+($total) = split /\|/, sql(q{SELECT wait_time_total_ms FROM dlock.stats WHERE name = 'w:c'});
+ok($total >= 150, "a timed-out wait's time counts too (${total} ms)");
+
+# An expiry found by the holder's own renew is counted once, also when a
+# grant later finds the same expired lease
+sql(q{SELECT dlock.try_acquire('w:e', '100ms', 'o1')});
+sql(q{SELECT pg_sleep(0.2)});
+is(sql(q{SELECT dlock.renew('w:e', 'o1', '1h') IS NULL}), 't', 'renew of an expired lease fails');
+sql(q{SELECT dlock.release('w:e', 'o1')});
+sql(q{SELECT dlock.try_acquire('w:e', '1h', 'o2')});
+is(stats('w:e'), 'grants=2 expired=1', 'one expiry, counted once');
+
+# A session-bound holder that exits: found by the next grant
+my $bg = $node->background_psql('postgres');
+$bg->query_safe(q{SELECT dlock.try_acquire('w:d', '1h', 'o1', session_bound => true)});
+$bg->quit;
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM dlock.locks WHERE kind = 'session'}) or die;
+sql(q{SELECT dlock.try_acquire('w:d', '1h', 'o2')});
+is(stats('w:d'), 'grants=2 session_ended=1', 'a session end found by the next grant');
+
+note 'statistics survive the backends that made them, per database';
+# every sql() above was its own backend; another database sees none of it
+sql('CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION dlock');
+is($node->safe_psql('other', 'SELECT count(*) FROM dlock.stats'), '0',
+	'another database has its own statistics');
+$node->safe_psql('other', q{SELECT dlock.try_acquire('w:a', '1h', 'x')});
+is($node->safe_psql('other', q{SELECT grants FROM dlock.stats WHERE name = 'w:a'}), '1',
+	'the same name in another database is counted apart');
+
+note 'the stale-fence log line';
+sql(q{SELECT dlock.try_acquire('s:x', '100ms', 'old')});
+my $old = sql(q{SELECT token FROM dlock.leases WHERE name = 's:x'});
+sql(q{SELECT pg_sleep(0.15)});
+my $new = sql(q{SELECT token FROM dlock.try_acquire('s:x', '1h', 'new')});
+my $other = sql(q{SELECT token FROM dlock.leases WHERE name = 'w:a'});
+sql(q{CREATE TABLE acct (id int, v int); INSERT INTO acct SELECT g, 0 FROM generate_series(1, 100) g});
+
+my $offset = -s $node->logfile;
+sql(qq{BEGIN;
+	UPDATE acct SET v = 1 WHERE dlock.fence('s:x', $old);
+	UPDATE acct SET v = 2 WHERE id % 2 = 0 AND dlock.fence('s:x', $old);
+	SELECT dlock.try_acquire('s:unrelated', '1h', 'o');
+	UPDATE acct SET v = 3 WHERE dlock.fence('s:x', $old);
+	COMMIT;});
+my $log = slurp_file($node->logfile, $offset);
+my @lines = ($log =~ /(refused write with stale token $old for lease "s:x".*)/g);
+is(scalar @lines, 1, 'logged once in a transaction, over rows, statements and a lease change');
+like($lines[0] // '',
+	qr/^refused write with stale token $old for lease "s:x": current token $new, lease $old expired \d+\.\d s ago$/,
+	'the line names the lease, the stale and the current token, and the time since expiry');
+like($log, qr/stale token $old for lease "s:x".*\n.*STATEMENT:\s+UPDATE acct SET v = 1 /,
+	'the statement is logged with it');
+
+$offset = -s $node->logfile;
+sql(qq{SELECT dlock.fence('s:x', $old)});
+sql(qq{SELECT dlock.fence('s:x', $old)});
+$log = slurp_file($node->logfile, $offset);
+@lines = ($log =~ /(refused write with stale token $old for lease "s:x")/g);
+is(scalar @lines, 2, 'once more in each new transaction');
+
+# Tokens never granted for the name: another name's token, a future token
+$offset = -s $node->logfile;
+sql(qq{SELECT dlock.fence('s:x', $other), dlock.fence('s:x', $new + 1000),
+	dlock.fence('s:never', $old)});
+$log = slurp_file($node->logfile, $offset);
+unlike($log, qr/refused write/, 'never for a token that was not granted for the name');
+
+# The current token, once its lease ended
+sql(q{SELECT dlock.release('s:x', 'new')});
+$offset = -s $node->logfile;
+sql(qq{SELECT dlock.fence('s:x', $new)});
+$log = slurp_file($node->logfile, $offset);
+like($log, qr/refused write with stale token $new for lease "s:x": no live lease, lease $new was released \d+\.\d s ago/,
+	'a released current token');
+
+$offset = -s $node->logfile;
+sql(qq{SET dlock.log_stale_fences = off; SELECT dlock.fence('s:x', $old)});
+$log = slurp_file($node->logfile, $offset);
+unlike($log, qr/refused write/, 'dlock.log_stale_fences = off logs nothing');
+# 2 decisions in the first transaction (the lease change emptied the fence
+# cache), 2 in the next two, 2 for tokens not of s:x, 1 after the release, 1 unlogged
+is(stats('s:x'), 'grants=2 released=1 expired=1 fence_refused=8',
+	'every decision is counted, logged or not');
+
+note 'dlock.locks, seen from another session';
+sql(q{SELECT dlock.try_acquire('l:x', '100ms', 'first'); SELECT pg_sleep(0.15)});
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN});
+$holder->query_safe(q{SELECT dlock.try_acquire('l:x', '1h', 'h')});
+$holder->query_safe(q{SELECT dlock.try_acquire('l:first-grant', '1h', 'h')});
+my $holder_pid = $holder->query_safe(q{SELECT pg_backend_pid()});
+chomp $holder_pid;
+my $waiter = $node->background_psql('postgres');
+my $waiter_pid = $waiter->query_safe(q{SELECT pg_backend_pid()});
+chomp $waiter_pid;
+$waiter->query_until(qr/started/, q{\echo started
+SELECT owner FROM dlock.acquire('l:x', '1h', 'w', timeout => '1min');
+});
+$node->poll_query_until('postgres',
+	qq{SELECT count(*) = 1 FROM dlock.locks WHERE pid = $waiter_pid AND NOT granted})
+  or die 'the waiter did not wait';
+is(sql(qq{SELECT string_agg(kind || ' ' || coalesce(name, '(unknown)') || ' ' || mode, ', ' ORDER BY name, mode)
+	FROM dlock.locks WHERE pid = $holder_pid AND granted}),
+	'name l:x AccessExclusiveLock, name l:x ShareUpdateExclusiveLock, name (unknown) AccessExclusiveLock, name (unknown) ShareUpdateExclusiveLock',
+	'the uncommitted grant of l:x; a first grant has no committed name yet');
+is(sql(qq{SELECT string_agg(kind || ' ' || name || ' ' || mode || ' ' || granted || ' ' || (waitstart IS NOT NULL), ', ' ORDER BY kind)
+	FROM dlock.locks WHERE pid = $waiter_pid}),
+	'name l:x ShareUpdateExclusiveLock false true, queue l:x ExclusiveLock true false',
+	'the waiter: head of the queue, waiting for the name since waitstart');
+$holder->query_safe(q{COMMIT});
+$holder->query_safe(q{SELECT dlock.release('l:x', 'h')});
+$waiter->query_safe(q{\echo done});
+$node->poll_query_until('postgres',
+	q{SELECT owner = 'w' FROM dlock.leases WHERE name = 'l:x'}) or die;
+$holder->quit;
+$waiter->quit;
+is(stats('l:x'), 'grants=3 waits=1 released=1 expired=1', 'and its statistics');
+
+note 'reset, and who may reset';
+sql('CREATE ROLE plain LOGIN');
+($ret, $out, $err) = $node->psql('postgres', 'SELECT dlock.stats_reset()',
+	extra_params => [ '-U', 'plain' ]);
+like($err, qr/permission denied for function stats_reset/, 'not for every role');
+is($node->safe_psql('postgres', q{SELECT count(*) > 0 FROM dlock.stats}, extra_params => [ '-U', 'plain' ]),
+	't', 'but every role may read them');
+sql('SELECT dlock.stats_reset()');
+is(sql('SELECT count(*) FROM dlock.stats'), '0', 'reset forgets this database');
+is($node->safe_psql('other', 'SELECT count(*) FROM dlock.stats'), '1', 'and only this one');
+sql(q{SELECT dlock.try_acquire('w:a', '1h', 'o3')});
+is(stats('w:a'), 'grants=1', 'counting starts again from zero');
+
+note 'eviction keeps the most active names (dlock.stats_max = 20)';
+sql('SELECT dlock.stats_reset()');
+$node->safe_psql('other', 'SELECT dlock.stats_reset()');
+sql(q{SELECT dlock.try_acquire('hot:' || i, '1h', 'o') FROM generate_series(1, 5) i,
+	generate_series(1, 30)});
+sql(q{SELECT dlock.try_acquire('cold:' || i, '1h', 'o') FROM generate_series(1, 200) i});
+is(sql(q{SELECT count(*) FROM dlock.stats WHERE name LIKE 'hot:%'}), '5', 'the hot names stay');
+is(sql(q{SELECT grants || ' ' || renewals FROM dlock.stats WHERE name = 'hot:3'}), '1 29',
+	'with their counts');
+ok(sql(q{SELECT count(*) FROM dlock.stats}) <= 20, 'at most dlock.stats_max names are kept');
+ok(sql(q{SELECT count(*) FROM dlock.stats WHERE name LIKE 'cold:%'}) >= 1, 'the newest cold names are there');
+
+note 'a restart clears them';
+$node->restart;
+is(sql('SELECT count(*) FROM dlock.stats'), '0', 'nothing survives a restart');
+
+$node->stop;
+done_testing();
