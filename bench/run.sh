@@ -75,7 +75,7 @@ echo
 BENCH_OUT=$OUT bash "$SRC_DIR/bench/charts.sh" handoff
 
 # The queue leaves nothing behind
-left=$(run psql -X -At -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17486")
+left=$(run psql -X -At -c "SELECT count(*) FROM dlock.locks")
 echo
 echo "dlock locks left in pg_locks after the runs: $left"
 [ "$left" = 0 ]

@@ -74,17 +74,15 @@ UPDATE many SET v = 1 WHERE dlock.fence('job:a', 5);
 UPDATE many SET v = 2 WHERE dlock.fence('job:a', 4);
 SELECT v, count(*) FROM many GROUP BY v;
 
--- A true fence holds the name's lock (AccessShareLock in dlock's tag space,
--- objsubid 17484) until the transaction ends; a false one holds nothing
+-- A true fence holds the name's lock (AccessShareLock on the name, kind
+-- 'name' in dlock.locks) until the transaction ends; a false one holds nothing
 BEGIN;
 SELECT dlock.fence('job:a', 5);
-SELECT locktype, mode, objsubid, granted FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+SELECT kind, name, mode, granted FROM dlock.locks WHERE pid = pg_backend_pid();
 COMMIT;
 BEGIN;
 SELECT dlock.fence('job:a', 4);
-SELECT count(*) AS dlock_locks FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+SELECT count(*) AS dlock_locks FROM dlock.locks WHERE pid = pg_backend_pid();
 COMMIT;
 
 -- Application advisory locks live in another key space: no interference

@@ -6,8 +6,8 @@
 -- Races between sessions are in specs/, standbys in t/011_edges.pl.
 --
 CREATE FUNCTION session_locks() RETURNS bigint LANGUAGE sql AS $$
-  SELECT count(*) FROM pg_catalog.pg_locks
-   WHERE locktype = 'advisory' AND objsubid = 17486 AND pid = pg_catalog.pg_backend_pid()
+  SELECT count(*) FROM dlock.locks
+   WHERE kind = 'session' AND pid = pg_catalog.pg_backend_pid()
 $$;
 
 -- A grant rolled back to a savepoint: its token fences false afterwards,

@@ -65,12 +65,11 @@ BEGIN;
 SAVEPOINT s1;
 SELECT dlock.fence('tx:b', :b_token) AS fenced;
 ROLLBACK TO SAVEPOINT s1;
-SELECT mode, granted FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+SELECT mode, granted FROM dlock.locks WHERE kind = 'name' AND pid = pg_backend_pid();
 SELECT dlock.fence('tx:b', :b_token) AS still_fenced;
 COMMIT;
-SELECT count(*) AS locks_after_commit FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid = 17484 AND pid = pg_backend_pid();
+SELECT count(*) AS locks_after_commit FROM dlock.locks
+ WHERE kind = 'name' AND pid = pg_backend_pid();
 
 -- A change made by the same transaction is seen by its next fence() call
 BEGIN;

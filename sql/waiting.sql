@@ -14,10 +14,7 @@ EXCEPTION WHEN OTHERS THEN
 END $$;
 
 CREATE VIEW my_dlock_locks AS
-SELECT CASE objsubid WHEN 17484 THEN 'name' WHEN 17485 THEN 'queue' WHEN 17486 THEN 'session' END AS space,
-       mode, granted
-  FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid IN (17484, 17485, 17486) AND pid = pg_backend_pid();
+SELECT kind AS space, mode, granted FROM dlock.locks WHERE pid = pg_backend_pid();
 
 SELECT last_value AS counter_before FROM dlock.token_seq \gset
 

@@ -15,8 +15,7 @@ $node->append_conf('postgresql.conf', "max_connections = 60\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 
-my $dlock_locks = q{SELECT count(*) FROM pg_locks
-	WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17486};
+my $dlock_locks = q{SELECT count(*) FROM dlock.locks};
 
 # waiter(name, owner, ttl): a session that waits for a lease in the background
 sub waiter

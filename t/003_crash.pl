@@ -18,8 +18,7 @@ $node->append_conf('postgresql.conf', "restart_after_crash = on\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 
-my $dlock_locks = q{SELECT count(*) FROM pg_locks
-	WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17486};
+my $dlock_locks = q{SELECT count(*) FROM dlock.locks};
 
 note 'load, then pg_ctl stop -m immediate';
 

@@ -138,7 +138,7 @@ foreach my $sig ([ 'TERM', 15 ], [ 'INT', 2 ])
 	$w->pump_nb while $w->pumpable && time < $sent + 2 && sleep 0.01;
 	my $took = time - $sent;
 	is($node->safe_psql('postgres', $waiting_sql), '0', "SIG$signame: no acquire is left waiting on the server");
-	is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE objsubid = 17485}), '0',
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.locks WHERE kind = 'queue'}), '0',
 		"SIG$signame: and nothing in the queue");
 	# the lease comes now: a run that is still waiting would take it
 	$node->safe_psql('postgres', q{SELECT dlock.release('held', 'holder')});

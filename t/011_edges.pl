@@ -196,7 +196,7 @@ $node->safe_psql('postgres', q{
 	DISCARD ALL;
 });
 $node->poll_query_until('postgres',
-	q{SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 17486})
+	q{SELECT count(*) = 0 FROM dlock.locks WHERE kind = 'session'})
   or die 'the session locks were not released';
 my $log = slurp_file($node->logfile, $log_offset);
 unlike($log, qr/WARNING/, 'no warning in the server log');
