@@ -360,8 +360,9 @@ SELECT l.name COLLATE pg_catalog."C" AS name,
 -- fenced or is changing; at most 1000 per call (see src/purge.c).  A
 -- purged name's old tokens stay false in dlock.fence(), and its next grant
 -- gets a token larger than every token issued before.  It deletes the
--- history of every role's leases, so only the database's owner (and
--- superusers) may call it; they may grant EXECUTE to a maintenance role.
+-- history of every role's leases, so it is for superusers and roles with
+-- the privileges of the database's owner; the function checks that itself
+-- (EXECUTE stays granted to PUBLIC, as for the other functions).
 --
 CREATE FUNCTION dlock.purge(older_than interval DEFAULT '1 day')
 RETURNS bigint
@@ -370,15 +371,6 @@ LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION dlock.purge(interval) IS
   'Deletes the state of up to 1000 names whose lease ended (released, expired, force-released or session ended, and past its lock-delay) at least older_than ago, that nobody waits for and that no open transaction has fenced or is changing; returns how many. Call it again, in a new transaction, while it returns 1000.';
-REVOKE EXECUTE ON FUNCTION dlock.purge(interval) FROM PUBLIC;
-DO $grant_purge$
-BEGIN
-  IF EXISTS (SELECT FROM pg_catalog.pg_authid
-              WHERE rolname OPERATOR(pg_catalog.=) 'pg_database_owner'::pg_catalog.name) THEN
-    GRANT EXECUTE ON FUNCTION dlock.purge(interval) TO pg_database_owner;
-  END IF;
-END
-$grant_purge$;
 
 --
 -- Observability: dlock.locks decodes dlock's entries of pg_locks, and

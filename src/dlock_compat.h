@@ -120,4 +120,15 @@ dlock_init_materialized_srf(FunctionCallInfo fcinfo)
 #define DLOCK_HAVE_SHMEM_REQUEST_HOOK 1
 #endif
 
+/* Whether the current role may act as the database's owner (renamed in 16) */
+#if PG_VERSION_NUM >= 160000
+#include "catalog/pg_database.h"
+#include "utils/acl.h"
+#define dlock_database_ownercheck(dbid, roleid) \
+	object_ownercheck(DatabaseRelationId, dbid, roleid)
+#else
+#include "utils/acl.h"
+#define dlock_database_ownercheck(dbid, roleid) pg_database_ownercheck(dbid, roleid)
+#endif
+
 #endif							/* DLOCK_COMPAT_H */

@@ -63,6 +63,12 @@
  * loop over a large table reads each page about once rather than once per
  * batch.
  *
+ * Who may call it.  It deletes the history of every role's names, so it is
+ * for superusers and roles with the privileges of the database's owner
+ * (a maintenance role is made a member of the owner's role).  The check is
+ * here rather than in the function's ACL, so that the extension script
+ * creates the function's catalog row once and never updates it.
+ *
  * A purge need not be durable: if its commit is lost in a crash, the ended
  * rows come back, which changes no answer.  A later grant of a purged name
  * waited for the purge's commit, so its own (flushed) commit record comes
@@ -80,6 +86,7 @@
 #include "access/heapam.h"
 #include "access/relscan.h"
 #include "access/tableam.h"
+#include "commands/dbcommands.h"
 #include "common/int.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
@@ -188,6 +195,14 @@ dlock_purge(PG_FUNCTION_ARGS)
 	MemoryContext row_context;
 	MemoryContext old_context;
 	int64		purged = 0;
+
+	if (!dlock_database_ownercheck(MyDatabaseId, GetUserId()))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to purge leases"),
+				 errdetail("Only superusers and roles with the privileges of the database's owner may call dlock.purge()."),
+				 errhint("Call it as the owner of database \"%s\", or grant that role to the role that calls it.",
+						 get_database_name(MyDatabaseId))));
 
 	PreventCommandDuringRecovery("dlock.purge()");
 	PreventCommandIfReadOnly("dlock.purge()");
