@@ -21,6 +21,7 @@ else
     CYCLES=${CYCLES:-500} EXPIRY_CYCLES=${EXPIRY_CYCLES:-100} SECONDS_PER_RUN=${SECONDS_PER_RUN:-15}
 fi
 
+DEBIAN_PACKAGES+=(gnuplot-nox)    # the charts (bench/charts.sh)
 ensure_packages
 build_and_install
 

@@ -9,8 +9,11 @@ set -euo pipefail
 PG_MAJOR=${PG_MAJOR:-15}
 PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=${PG_CONFIG:-$PG_BINDIR/pg_config}
+# The server, its headers, and what the tests start for real: pg_cron (purge
+# recipe), the Prometheus exporter (queries file), libfaketime (clock steps)
 DEBIAN_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-                 libipc-run-perl libfaketime)
+                 libipc-run-perl libfaketime "postgresql-$PG_MAJOR-cron"
+                 prometheus-postgres-exporter)
 
 SRC_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
