@@ -27,7 +27,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 
 # The server headers are treated as system headers, so that warning flags
-# such as -Wextra (see .ci/run) judge dlock's own code, not PostgreSQL's.
+# such as -Wextra (see scripts/common.sh) judge dlock's own code, not PostgreSQL's.
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 
 include $(PGXS)
@@ -50,7 +50,7 @@ all: cli/dlock
 
 cli/dlock: $(CLI_SRCS) cli/dlock_cli.h
 	$(CC) $(CFLAGS) $(PG_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
-		-L$(shell $(PG_CONFIG) --libdir) -lpq -lm
+		$(LDFLAGS) -L$(shell $(PG_CONFIG) --libdir) -lpq -lm
 
 install: install-cli
 install-cli: cli/dlock

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make test: the whole suite (pg_regress, isolation, TAP) on throwaway
-# clusters, ending with a line "N passed, N failed".
+# make test: the whole suite (pg_regress, isolation, TAP, the stress
+# checker) on throwaway clusters, ending with a line "N passed, N failed".
+# The benchmarks' smoke runs are not part of it (they install Redis and
+# gnuplot): .ci/run runs them after it.
 #
 # The source tree is copied to a temporary directory owned by the user that
 # runs the clusters; pg_regress and pg_isolation_regress each start a private
@@ -80,12 +82,6 @@ run_check() {
 # lost) and a control run without the fence (which must lose some)
 run_check "stress checker, fenced and control runs" \
     '^(mode=|attempts=|final_set=|tokens in|RESULT)' bash "$SRC_DIR/stress/run.sh"
-
-# The benchmark must keep working: a quick smoke run (figures mean nothing)
-run_check "make bench (quick mode): waiting" '^(release|expiry|one hot)' \
-    env BENCH_QUICK=1 bash "$SRC_DIR/bench/run.sh"
-run_check "make bench (quick mode): side by side" '^Whole run' \
-    env BENCH_QUICK=1 bash "$SRC_DIR/bench/compare.sh"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
