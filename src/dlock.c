@@ -27,6 +27,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "dlock.h"
 #include "dlock_compat.h"
@@ -110,6 +111,34 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
  * dropped.  A committing subtransaction hands its items to its parent, which
  * the same rule already does: nothing to do.
  */
+/*
+ * PendingItemsAtSubAbort - the pending items (each starting with a
+ * PendingItem) that survive the abort of subtransaction mySubid: those made
+ * before it started, by the rule above.  The list lives in
+ * TopTransactionContext, as the items do.
+ */
+List *
+PendingItemsAtSubAbort(List *items, SubTransactionId mySubid)
+{
+	List	   *kept = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (items == NIL)
+		return NIL;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	foreach(lc, items)
+	{
+		PendingItem *item = lfirst(lc);
+
+		if (item->subid < mySubid)
+			kept = lappend(kept, item);
+	}
+	list_free(items);
+	MemoryContextSwitchTo(old);
+	return kept;
+}
+
 static void
 DlockSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 					 SubTransactionId parentSubid, void *arg pg_attribute_unused())

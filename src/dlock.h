@@ -41,6 +41,7 @@
 #include "access/xact.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "nodes/pg_list.h"
 #include "storage/itemptr.h"
 #include "storage/lock.h"
 #include "utils/relcache.h"
@@ -227,6 +228,17 @@ LeaseIsLive(const LeaseRow *row, TimestampTz now)
  * End-of-(sub)transaction hooks of the modules below: called only by the
  * dispatcher in dlock.c, which writes down their order.
  */
+
+/*
+ * A pending item that a (sub)transaction queues for its end begins with the
+ * subtransaction that made it (dlock.c states the rule that drops them)
+ */
+typedef struct PendingItem
+{
+	SubTransactionId subid;
+} PendingItem;
+
+extern List *PendingItemsAtSubAbort(List *items, SubTransactionId mySubid);
 
 /* session.c: session-bound leases */
 extern void SessionLeaseTake(const LeaseName *name, int64 token);

@@ -76,8 +76,8 @@ static bool ExitCallbackRegistered = false;
  */
 typedef struct PendingForget
 {
+	PendingItem item;			/* the subtransaction that released it */
 	int64		token;
-	SubTransactionId subid;
 } PendingForget;
 
 static List *PendingForgets = NIL;	/* in TopTransactionContext */
@@ -199,7 +199,7 @@ SessionLeaseForgetAtCommit(int64 token)
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	item = palloc(sizeof(PendingForget));
 	item->token = token;
-	item->subid = GetCurrentSubTransactionId();
+	item->item.subid = GetCurrentSubTransactionId();
 	PendingForgets = lappend(PendingForgets, item);
 	MemoryContextSwitchTo(old);
 }
@@ -433,27 +433,12 @@ SessionLeasesAtSubAbort(SubTransactionId mySubid)
 	HASH_SEQ_STATUS status;
 	SessionLease *entry;
 	List	   *forget = NIL;
-	List	   *kept = NIL;
 	ListCell   *lc;
 
 	if (SessionLeases == NULL)
 		return;
 
-	if (PendingForgets != NIL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-
-		foreach(lc, PendingForgets)
-		{
-			PendingForget *item = lfirst(lc);
-
-			if (item->subid < mySubid)
-				kept = lappend(kept, item);
-		}
-		list_free(PendingForgets);
-		PendingForgets = kept;
-		MemoryContextSwitchTo(old);
-	}
+	PendingForgets = PendingItemsAtSubAbort(PendingForgets, mySubid);
 
 	hash_seq_init(&status, SessionLeases);
 	while ((entry = hash_seq_search(&status)) != NULL)

@@ -57,7 +57,7 @@
 /* Names whose queue heads this transaction wakes once it commits */
 typedef struct PendingWake
 {
-	SubTransactionId subid;		/* subtransaction that ended the lease */
+	PendingItem item;			/* the subtransaction that ended the lease */
 	int			len;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PendingWake;
@@ -154,7 +154,7 @@ WakeQueueHeadAtCommit(const LeaseName *name)
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	wake = palloc(offsetof(PendingWake, data) + name->len);
 
-	wake->subid = GetCurrentSubTransactionId();
+	wake->item.subid = GetCurrentSubTransactionId();
 	wake->len = name->len;
 	memcpy(wake->data, name->data, name->len);
 	PendingWakes = lappend(PendingWakes, wake);
@@ -197,23 +197,7 @@ QueueWakesAtEOXact(XactEvent event)
 void
 QueueWakesAtSubAbort(SubTransactionId mySubid)
 {
-	List	   *kept = NIL;
-	ListCell   *lc;
-	MemoryContext old;
-
-	if (PendingWakes == NIL)
-		return;
-	old = MemoryContextSwitchTo(TopTransactionContext);
-	foreach(lc, PendingWakes)
-	{
-		PendingWake *wake = lfirst(lc);
-
-		if (wake->subid < mySubid)
-			kept = lappend(kept, wake);
-	}
-	list_free(PendingWakes);
-	PendingWakes = kept;
-	MemoryContextSwitchTo(old);
+	PendingWakes = PendingItemsAtSubAbort(PendingWakes, mySubid);
 }
 
 /*
