@@ -49,6 +49,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/dependency.h"
 #include "catalog/index.h"
 #include "catalog/indexing.h"
@@ -557,17 +558,60 @@ LeaseStoreDelete(LeaseStore *store, LeaseRow *row)
 }
 
 /*
+ * FlushSequenceLogAhead - flush the WAL up to the last change of seqrelid's
+ * page
+ *
+ * nextval() WAL-logs a sequence some values ahead of the one it returns and
+ * then hands out the following values without writing WAL, until the logged
+ * range is used up.  That record reaches the disk only when something
+ * flushes the WAL up to it.  If a crash loses it, recovery restores the
+ * sequence as it was before, and the values handed out since come again.
+ *
+ * It is not enough to look at whether our own nextval() wrote WAL: another
+ * backend may have written the record that covers our value and not yet
+ * flushed it (its transaction is still running, or committed without
+ * waiting for its flush).  Every such record updates the page's LSN while
+ * the buffer is locked exclusively, so once our nextval() has returned, the
+ * page LSN is at or past the record covering our value.  Flushing up to it
+ * costs nothing when that is already on disk, which it is for all but the
+ * first value of each logged range (and the first after a checkpoint, when
+ * nextval() logs the page again).
+ */
+static void
+FlushSequenceLogAhead(Oid seqrelid)
+{
+	Relation	seqrel;
+	Buffer		buf;
+	XLogRecPtr	lsn;
+
+	/* nextval() holds a stronger lock until the end of the transaction */
+	seqrel = relation_open(seqrelid, AccessShareLock);
+	buf = ReadBuffer(seqrel, 0);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(seqrel, NoLock);
+
+	XLogFlush(lsn);
+}
+
+/*
  * LeaseStoreNextToken - the next fencing token, from dlock.token_seq
  *
- * The sequence is WAL-logged ahead of the values it hands out, and a grant's
- * commit is flushed (durability.c), so a token can never be handed out
- * twice, not even across crash recovery.  Callers need
- * no privilege on the sequence.
+ * The sequence is WAL-logged ahead of the values it hands out, and that
+ * record is flushed before a value is handed out (FlushSequenceLogAhead), so
+ * a token can never be handed out twice, not even across crash recovery and
+ * not even when the grant that took it is lost.  Callers need no privilege
+ * on the sequence.
  */
 int64
 LeaseStoreNextToken(void)
 {
-	return nextval_internal(CachedDlockRelation(&token_seq_oid, TOKEN_SEQUENCE,
-												InvalidOid),
-							false);
+	Oid			seqrelid = CachedDlockRelation(&token_seq_oid, TOKEN_SEQUENCE,
+											   InvalidOid);
+	int64		token;
+
+	token = nextval_internal(seqrelid, false);
+	FlushSequenceLogAhead(seqrelid);
+	return token;
 }
