@@ -112,6 +112,13 @@ SET dlock.lazy_release = off;
 SHOW dlock.lazy_release;
 RESET dlock.lazy_release;
 
+-- dlock.durable_grants: a boolean, on by default, that any role may set
+SHOW dlock.durable_grants;
+SET dlock.durable_grants = 'sometimes';
+SET dlock.durable_grants = off;
+SHOW dlock.durable_grants;
+RESET dlock.durable_grants;
+
 -- Release and renew of a name never acquired: false and NULL, no error
 SELECT dlock.release('never:seen', 'o') AS released,
        dlock.renew('never:seen', 'o', '1s') IS NULL AS renewed_null,

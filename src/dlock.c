@@ -43,6 +43,9 @@ int			dlock_default_lock_delay = 0;
 /* dlock.lazy_release: a release-only transaction need not wait for its flush */
 bool		dlock_lazy_release = true;
 
+/* dlock.durable_grants: a grant's commit is flushed whatever synchronous_commit says */
+bool		dlock_durable_grants = true;
+
 void		_PG_init(void);
 
 static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
@@ -55,7 +58,8 @@ static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
  *	   session-bound lease: the lease is bound to this backend, but a
  *	   prepared transaction commits independently of it.
  *	2. durability.c sets synchronous_commit for this commit only: raised for
- *	   a grant (also for the PREPARE record of one), lowered for a
+ *	   a grant with dlock.durable_grants on (also for the PREPARE record of
+ *	   one), lowered for a
  *	   release-only transaction (never for a PREPARE).
  * After the commit record (COMMIT, PREPARE) or the abort (ABORT):
  *	3. fence.c forgets the fence cache (its memory goes with the
@@ -181,6 +185,17 @@ _PG_init(void)
 							DefaultLockDelayCheck,
 							NULL,
 							NULL);
+
+	DefineCustomBoolVariable("dlock.durable_grants",
+							 "Makes the commit of a grant wait for its WAL flush and for synchronous standbys.",
+							 "When off, a grant commits with the caller's synchronous_commit: a grant lost in a crash or failover is forgotten, and its name is granted again with a larger token.",
+							 &dlock_durable_grants,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
 
 	DefineCustomBoolVariable("dlock.lazy_release",
 							 "Lets a transaction whose only change is a release commit without waiting for its WAL flush.",

@@ -73,6 +73,7 @@ typedef enum DlockLockSpace
 extern int	dlock_max_ttl;		/* seconds */
 extern int	dlock_default_lock_delay;	/* milliseconds */
 extern bool dlock_lazy_release;
+extern bool dlock_durable_grants;
 
 /*
  * How long a call may wait: not at all, until a deadline, or (deadline =

@@ -3,9 +3,13 @@
  * durability.c
  *	  How durable the commits of grants and of releases are.
  *
- * A grant that is acknowledged and then lost would let its token be issued
- * again, to someone else, after a crash or a failover.  So a transaction
- * that issued a token commits at least with synchronous_commit = on: its
+ * A grant's token cannot be issued again even when the grant is lost: the
+ * token counter's log-ahead record is flushed before a token is handed out
+ * (lease_store.c).  But the grant itself is lost with its commit record, and
+ * its holder would then go on believing in a lease the server forgot (its
+ * fence is false, renew fails, and the name goes to the next requester).  So
+ * with dlock.durable_grants on, the default, a transaction that issued a
+ * token commits at least with synchronous_commit = on: its
  * commit record is flushed locally and, where synchronous standbys are
  * configured, on them too, whatever synchronous_commit the caller chose
  * (a stricter remote_apply is kept); so does the PREPARE TRANSACTION of a
@@ -13,6 +17,13 @@
  * the function, because a function with a SET clause restores settings on
  * exit.  Renewals and force-releases keep the caller's setting: losing one
  * only changes how long a lease lasts, never repeats a token.
+ *
+ * With dlock.durable_grants off (as set when the token is issued), a grant
+ * commits with the caller's synchronous_commit like any other write.  That
+ * suits leases whose only guarded effects are fenced writes in the same
+ * database: a fenced write that commits durably flushes the grant with it,
+ * which is earlier in the WAL, so a lock cycle of grant, fenced write and
+ * lazy release costs one flush.
  *
  * A release whose transaction changed nothing else commits without waiting
  * for its flush (dlock.lazy_release): one WAL flush per lock cycle instead
@@ -47,6 +58,7 @@
 
 #include "dlock.h"
 
+/* A token was issued with dlock.durable_grants on */
 static bool GrantInThisTransaction = false;
 
 /* Lazy commit of releases: see the header comment */
@@ -55,11 +67,14 @@ static bool OtherWalInThisTransaction = false;
 static XLogRecPtr WalEndAfterRelease = InvalidXLogRecPtr;
 
 /*
- * RequireDurableCommit - the current transaction issued a token
+ * RequireDurableCommit - the current transaction issued a token; its commit
+ * is made durable unless dlock.durable_grants is off
  */
 void
 RequireDurableCommit(void)
 {
+	if (!dlock_durable_grants)
+		return;
 	GrantInThisTransaction = true;
 	/* The local flush, at least, does not depend on the hook below */
 	ForceSyncCommit();
@@ -124,7 +139,8 @@ SetSynchronousCommit(const char *value)
  * DurabilityAtPreCommit - just before the commit (or PREPARE) record is
  * written (dispatcher, dlock.c): choose synchronous_commit for it
  *
- * A grant's commit is flushed and waits for synchronous standbys.  So does
+ * A grant's commit is flushed and waits for synchronous standbys (with
+ * dlock.durable_grants on).  So does
  * the PREPARE of a grant: once the prepared transaction is on the standby,
  * it keeps its locks through a failover, so no one else can be granted the
  * name, and its token cannot be issued again, whatever becomes of COMMIT
