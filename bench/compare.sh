@@ -15,6 +15,16 @@
 #     Redis               SET NX PX + compare-and-delete (redis_lock.c), AOF
 #                         appendfsync always (for "on"), everysec ("off"),
 #                         no (fsync = off)
+#   guarded-write cycles (acquire + one guarded UPDATE of an account row +
+#   release, three transactions) on random names out of 1,000 with 1, 8 and
+#   32 clients, the write with synchronous_commit on; methods:
+#     durable floor       three one-row UPDATE transactions per cycle
+#     PL/pgSQL lease      token compared in the UPDATE's WHERE clause
+#     dlock               try_acquire + UPDATE ... WHERE dlock.fence() +
+#                         release, with dlock.durable_grants on, and off (the
+#                         grant then commits with synchronous_commit off)
+#     Redis + PostgreSQL  SET NX PX, UPDATE, compare-and-delete
+#                         (redis_pg_guarded.c), AOF appendfsync always
 #   an UPDATE of 100,000 rows with and without a fence in its WHERE clause,
 #   and the guard's own cost per row (a count(*) with and without it)
 #   dlock's cycle rate with 1,000 versus 1,000,000 names in lease_state
@@ -23,16 +33,18 @@
 # Methods run in turn (A B C A B C ...), REPS times each with a fixed
 # duration; the tables show the median of the repetitions.
 #
-# The lock-cycle tables also go, one row a method and workload, into
-# cycle-rate.tsv in BENCH_OUT (default bench/results), with the run's date and
-# mode in compare-info.tsv, and as the chart cycle-rate.svg (bench/charts.sh).
+# The lock-cycle and guarded-write tables also go, one row a method and
+# workload, into cycle-rate.tsv in BENCH_OUT (default bench/results), with the
+# run's date and mode in compare-info.tsv, and as the chart cycle-rate.svg
+# (bench/charts.sh).
 #
-# Needs dlock installed (make install).  Installs redis-server, libhiredis-dev
-# and gnuplot-nox when they are missing.  BENCH_QUICK=1 runs in under a minute
-# to show that the benchmark works; its figures mean nothing.
+# Needs dlock installed (make install).  Installs redis-server, libhiredis-dev,
+# libpq-dev and gnuplot-nox when they are missing.  BENCH_QUICK=1 runs in under
+# a minute to show that the benchmark works; its figures mean nothing.
 # SECONDS_PER_RUN, REPS, FENCE_REPS, SCALE_REPS, SCALE_WARMUP_SECONDS, POLL_MS
 # and CHURN_SECONDS override the defaults; BENCH_SECTIONS picks some of the
-# parts: cycles fence churn scale (churn's table counts what ran before it).
+# parts: cycles guarded fence churn scale (churn's table counts what ran
+# before it).
 
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
@@ -58,7 +70,7 @@ T0=$(date +%s)
 
 ensure_bench_packages() {
     local missing=() pkg
-    for pkg in redis-server libhiredis-dev gnuplot-nox; do
+    for pkg in redis-server libhiredis-dev libpq-dev gnuplot-nox; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' ||
             missing+=("$pkg")
     done
@@ -118,6 +130,9 @@ mkdir -p "$WORK/bin" "$WORK/sql" "$WORK/logs"
 cp "$BENCH_DIR"/sql/*.sql "$BENCH_DIR/plpgsql_lease.sql" "$WORK/sql/"
 cc -O2 -Wall -Wextra -Werror -pthread -o "$WORK/bin/redis_lock" \
     "$BENCH_DIR/redis_lock.c" -lhiredis -lm
+cc -O2 -Wall -Wextra -Werror -pthread -I"$("$PG_CONFIG" --includedir)" \
+    -o "$WORK/bin/redis_pg_guarded" "$BENCH_DIR/redis_pg_guarded.c" \
+    -L"$("$PG_CONFIG" --libdir)" -lhiredis -lpq -lm
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/bin" "$WORK/sql" "$WORK/logs"
 
 if (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; then
@@ -142,7 +157,8 @@ if [ -z "$REDIS_PID" ] || [ "$(redis ping 2>/dev/null)" != PONG ]; then
 fi
 
 say "setting up"
-psql_do -f "$WORK/sql/helpers.sql" -f "$WORK/sql/plpgsql_lease.sql" -f "$WORK/sql/setup.sql"
+psql_do -f "$WORK/sql/helpers.sql" -f "$WORK/sql/plpgsql_lease.sql" -f "$WORK/sql/setup.sql" \
+    -f "$WORK/sql/guarded_setup.sql"
 psql_do -v names="$NAMES" -f "$WORK/sql/dlock_fill.sql"
 psql_do -c 'VACUUM ANALYZE'
 
@@ -165,7 +181,8 @@ latency_stats() {
 # cycle, which counts in ops/s as a cycle that did no work (a miss).  POLL > 0:
 # the client polls every POLL ms until granted; misses are the refused polls,
 # and a cycle's latency includes them.  DB selects the database, DURATION
-# overrides SECONDS_PER_RUN, NO_CHECKPOINT=1 skips the checkpoint before it.
+# overrides SECONDS_PER_RUN, NO_CHECKPOINT=1 skips the checkpoint before it,
+# PG_OPTIONS adds settings to the sessions' PGOPTIONS ("-c name=value ...").
 pg_run() {
     local script=$1 clients=$2 sync=$3 names=$4 poll=$5
     local dir out tries=1 jobs=$(($2 < 2 ? $2 : 2))
@@ -177,7 +194,7 @@ pg_run() {
     # A checkpoint now rather than in the middle of some method's run (not
     # worth its time in quick mode)
     [ "${BENCH_QUICK:-0}" = 1 ] || [ "${NO_CHECKPOINT:-0}" = 1 ] || psql_do -c CHECKPOINT
-    if ! out=$(cd "$dir" && run env PGOPTIONS="-c synchronous_commit=$sync" \
+    if ! out=$(cd "$dir" && run env PGOPTIONS="-c synchronous_commit=$sync${PG_OPTIONS:+ $PG_OPTIONS}" \
             pgbench -n -M prepared -c "$clients" -j "$jobs" -T "${DURATION:-$SECONDS_PER_RUN}" \
             -D names="$names" -D pause_ms="$poll" --max-tries="$tries" \
             -l --log-prefix="$dir/tx" -f "$WORK/sql/$script" 2>&1); then
@@ -217,7 +234,23 @@ median() {
 }
 
 # section NAME: whether BENCH_SECTIONS (default: all) names this part
-section() { [[ " ${BENCH_SECTIONS:-cycles fence churn scale} " == *" $1 "* ]]; }
+section() { [[ " ${BENCH_SECTIONS:-cycles guarded fence churn scale} " == *" $1 "* ]]; }
+
+# start_tsv: (once a run) a new cycle-rate.tsv and compare-info.tsv in OUT,
+# for the first section that writes rows
+TSV_STARTED=no
+start_tsv() {
+    [ "$TSV_STARTED" = no ] || return 0
+    TSV_STARTED=yes
+    OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
+    mkdir -p "$OUT"
+    printf '%s\t%s\n' date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+        mode "$([ "${BENCH_QUICK:-0}" = 1 ] && echo quick || echo full)" \
+        postgres "$(psql_val 'SHOW server_version')" redis "$(redis-server --version | awk '{ print $3 }' | sed 's/^v=//')" \
+        cpus "$(nproc)" seconds_per_run "$SECONDS_PER_RUN" reps "$REPS" >"$OUT/compare-info.tsv"
+    printf 'workload\tclients\tnames\tsetting\tmethod\tlabel\tops_per_s\tmean_ms\tp99_ms\tmisses\n' \
+        >"$OUT/cycle-rate.tsv"
+}
 
 # --- lock-cycle tables ------------------------------------------------------
 
@@ -316,14 +349,7 @@ echo "* mean, p99: latency of a granted cycle (acquire to end of release), from 
 echo "  per-transaction log or the Redis client. x floor: ops/s divided by the durable floor's."
 
 if section cycles; then
-    OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
-    mkdir -p "$OUT"
-    printf '%s\t%s\n' date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-        mode "$([ "${BENCH_QUICK:-0}" = 1 ] && echo quick || echo full)" \
-        postgres "$(psql_val 'SHOW server_version')" redis "$(redis-server --version | awk '{ print $3 }' | sed 's/^v=//')" \
-        cpus "$(nproc)" seconds_per_run "$SECONDS_PER_RUN" reps "$REPS" >"$OUT/compare-info.tsv"
-    printf 'workload\tclients\tnames\tsetting\tmethod\tlabel\tops_per_s\tmean_ms\tp99_ms\tmisses\n' \
-        >"$OUT/cycle-rate.tsv"
+    start_tsv
     for sync in on off; do
         for clients in 1 8 32; do
             [ "${BENCH_QUICK:-0}" = 1 ] && [ "$clients" != 8 ] && continue
@@ -334,6 +360,58 @@ if section cycles; then
         cycle_table 8 1 "$sync"
     done
     cycle_table 8 "$NAMES" cpu
+fi
+
+# --- guarded-write cycles -----------------------------------------------------
+
+# guarded_table CLIENTS: acquire + one guarded UPDATE of the name's account +
+# release, three transactions, on random names out of GUARDED_NAMES (one
+# account each); every method's write commits with synchronous_commit on
+GUARDED_NAMES=1000
+guarded_table() {
+    local clients=$1 what
+    what="guarded write, random names out of $(thousands "$GUARDED_NAMES"), $clients client$([ "$clients" = 1 ] || echo s)"
+    say "$what"
+    redis CONFIG SET appendfsync always >/dev/null
+    LABELS=("durable floor: 3 x one-row UPDATE"
+            "PL/pgSQL lease + UPDATE checking its token"
+            "dlock + fenced UPDATE, durable_grants = on"
+            "dlock + fenced UPDATE, durable_grants = off"
+            "Redis lock (AOF always) + PostgreSQL UPDATE")
+    # durable_grants = off: the session runs with synchronous_commit off, so
+    # that the grant commits without waiting; the fenced UPDATE's transaction
+    # sets it on for itself (guarded_dlock_lazy.sql)
+    CMDS=("pg_run guarded_floor.sql $clients on $GUARDED_NAMES 0"
+          "pg_run guarded_plpgsql.sql $clients on $GUARDED_NAMES 0"
+          "pg_run guarded_dlock.sql $clients on $GUARDED_NAMES 0"
+          "PG_OPTIONS='-c dlock.durable_grants=off' pg_run guarded_dlock_lazy.sql $clients off $GUARDED_NAMES 0"
+          "run env PGOPTIONS='-c synchronous_commit=on' \"\$WORK/bin/redis_pg_guarded\" 127.0.0.1 $REDIS_PORT $clients \$SECONDS_PER_RUN $GUARDED_NAMES ''")
+    KEYS=(floor plpgsql dlock dlock_grants_off redis_pg)
+    alternate
+    echo
+    echo "### $what (fenced write: synchronous_commit on; Redis: appendfsync always)"
+    echo
+    TSV_ROW="$what"$'\t'"$clients"$'\t'"$GUARDED_NAMES"$'\t'guarded print_table
+}
+
+if section guarded; then
+    start_tsv
+    # The setting must reach dlock through PGOPTIONS before its library loads
+    if [ "$(run env PGOPTIONS='-c dlock.durable_grants=off' psql -X -At -v ON_ERROR_STOP=1 \
+            -c "SELECT dlock.fence('k1', 0)" -c 'SHOW dlock.durable_grants' | tail -n 1)" != off ]; then
+        echo "dlock.durable_grants = off in PGOPTIONS did not take effect" >&2
+        exit 1
+    fi
+    for clients in 1 8 32; do
+        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$clients" != 8 ] && continue
+        guarded_table "$clients"
+    done
+    echo
+    echo "Guarded write: a cycle is acquire, one UPDATE of the name's account row and release, three"
+    echo "transactions; the UPDATE is fenced (dlock.fence, or the PL/pgSQL lease's token in its WHERE"
+    echo "clause) but for Redis, which has no token PostgreSQL could check."
+fi
+if section cycles || section guarded; then
     echo
     BENCH_OUT=$OUT bash "$SRC_DIR/bench/charts.sh" cycles
 fi
