@@ -98,19 +98,22 @@ EOF
 # --- cycle rate ---------------------------------------------------------------
 
 # Method keys, in bar order, and their legend titles and colours (dlock's stands out)
-METHODS=(floor advisory_xact advisory_session shedlock plpgsql dlock redis)
+METHODS=(floor advisory_xact advisory_session shedlock plpgsql dlock dlock_grants_off redis redis_pg)
 declare -A METHOD_TITLE=(
-    [floor]="durable floor: 2 x one-row UPDATE"
+    [floor]="durable floor (2 or 3 one-row UPDATE commits)"
     [advisory_xact]="pg_advisory_xact_lock"
     [advisory_session]="pg_advisory_lock + unlock"
     [shedlock]="ShedLock-style upsert + UPDATE"
     [plpgsql]="PL/pgSQL lease with token"
     [dlock]="dlock"
+    [dlock_grants_off]="dlock, durable_grants = off"
     [redis]="Redis SET NX PX + EVAL delete (AOF)"
+    [redis_pg]="Redis lock (AOF) + PostgreSQL UPDATE"
 )
 declare -A METHOD_COLOR=(
     [floor]="#7f7f7f" [advisory_xact]="#9ecae1" [advisory_session]="#4292c6"
     [shedlock]="#fdae6b" [plpgsql]="#e6550d" [dlock]="#a50f15" [redis]="#31a354"
+    [dlock_grants_off]="#fb6a4a" [redis_pg]="#74c476"
 )
 
 chart_cycles() {
@@ -166,8 +169,8 @@ set boxwidth w absolute
 set xrange [-0.6:$(($(wc -l <"$TMP/wide.tsv") - 1)).6]
 set xtics scale 0 font ',12'
 set grid ytics mytics lc rgb '#e5e5e5'
-set bmargin 9
-set key at screen 0.5, screen 0.1 center center horizontal maxrows 2 samplen 2 font ',12'
+set bmargin 11
+set key at screen 0.5, screen 0.09 center center horizontal maxrows 3 samplen 2 font ",11"
 set label 1 "sync on/off: synchronous_commit (Redis AOF appendfsync always/everysec); fsync off: no method waits for the disk (Redis appendfsync no).\nRandom names: out of 10,000; hot name: all clients on one name (the methods that cannot wait poll every 1 ms)." at screen 0.01, screen 0.045 font ',10'
 plot $plot
 EOF
