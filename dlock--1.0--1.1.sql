@@ -460,3 +460,28 @@ LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION dlock.stats_reset() IS
   'Forgets the statistics of this database''s lease names. Superusers only, unless granted.';
 REVOKE EXECUTE ON FUNCTION dlock.stats_reset() FROM PUBLIC;
+
+--
+-- The lease functions no longer pin search_path.  A SET clause makes every
+-- call save, set and restore the setting, a noticeable part of a short
+-- acquire and release cycle, and it guards nothing here: the functions are
+-- written in C and resolve no names.  They find dlock's relations by
+-- extension membership and OID (see LookupDlockRelation in
+-- src/lease_store.c), and types and functions by OID; roles are not in any
+-- schema.  The hijack test in sql/security.sql calls each of them, and reads
+-- dlock.leases, with objects that shadow pg_catalog first on the caller's
+-- search_path, and they behave exactly as with the setting pinned.
+-- dlock.fence() never had the clause.  dlock--1.0.sql has shipped and is not
+-- changed: a database at 1.0 keeps the clause until it is updated.
+--
+ALTER FUNCTION dlock.try_acquire(text, pg_catalog.interval, text, pg_catalog.interval, boolean)
+  RESET search_path;
+ALTER FUNCTION dlock.acquire(text, pg_catalog.interval, text, pg_catalog.interval,
+                             pg_catalog.interval, boolean)
+  RESET search_path;
+ALTER FUNCTION dlock.renew(text, text, pg_catalog.interval) RESET search_path;
+ALTER FUNCTION dlock.release(text, text) RESET search_path;
+ALTER FUNCTION dlock.force_release(text) RESET search_path;
+ALTER FUNCTION dlock.holder_alive(bigint) RESET search_path;
+ALTER FUNCTION dlock.lease_states() RESET search_path;
+ALTER FUNCTION dlock.purge(pg_catalog.interval) RESET search_path;

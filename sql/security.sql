@@ -1,6 +1,6 @@
 --
--- The privilege model: internal objects are private, every function has a
--- fixed search_path or resolves no names, and a role sees and acts on only
+-- The privilege model: internal objects are private, no function resolves
+-- names through the caller's search_path, and a role sees and acts on only
 -- the leases of roles whose privileges it has.
 --
 
@@ -24,9 +24,10 @@ SELECT has_sequence_privilege('regress_dlock_bob', 'dlock.token_seq', 'USAGE') A
        has_schema_privilege('regress_dlock_bob', 'dlock', 'USAGE') AS schema_usage,
        has_schema_privilege('regress_dlock_bob', 'dlock', 'CREATE') AS schema_create;
 
--- The lease functions are C and all but fence pin search_path (fence
--- resolves no names and runs once per row, see dlock--1.0.sql); the input,
--- output and comparison functions of dlock.holder resolve no names either
+-- The lease functions are C and resolve no names, so from 1.1 on none of
+-- them has a SET clause (1.0 pinned search_path for all but fence; see the
+-- hijack test below); the input, output and comparison functions of
+-- dlock.holder resolve no names either
 SELECT p.proname, l.lanname, p.prosecdef, p.proconfig
   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
  WHERE p.pronamespace = 'dlock'::regnamespace
@@ -93,39 +94,161 @@ RESET ROLE;
 SELECT dlock.force_release('sec:b') AS forced_by_superuser;
 
 --
--- Hijack attempts: objects that shadow pg_catalog on bob's search_path
+-- Hijack attempts: objects that shadow pg_catalog first on the caller's
+-- search_path.  The lease functions have no SET clause (from 1.1 on): they
+-- are written in C and resolve no names, so none of these objects is ever
+-- called and every function answers as it does without them.  Each shadow
+-- raises "hijacked ..." when called.  The caller's own queries below use
+-- none of the shadowed operators or functions.
 --
+SET ROLE regress_dlock_alice;
+SELECT name, owner FROM dlock.try_acquire('sec:ha', '1h', 'alice-ha');
+RESET ROLE;
 CREATE SCHEMA regress_hijack AUTHORIZATION regress_dlock_bob;
 SET ROLE regress_dlock_bob;
-CREATE FUNCTION regress_hijack.clock_timestamp() RETURNS timestamptz
-  LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked clock_timestamp'; END $$;
-CREATE FUNCTION regress_hijack.now() RETURNS timestamptz
-  LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked now'; END $$;
-CREATE FUNCTION regress_hijack.nextval(regclass) RETURNS bigint
-  LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked nextval'; END $$;
-CREATE FUNCTION regress_hijack.pg_has_role(oid, text) RETURNS boolean
-  LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked pg_has_role'; END $$;
-CREATE FUNCTION regress_hijack.texteq(text, text) RETURNS boolean
-  LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked texteq'; END $$;
-CREATE OPERATOR regress_hijack.= (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_hijack.texteq);
-CREATE FUNCTION regress_hijack.tstzle(timestamptz, timestamptz) RETURNS boolean
-  LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked <='; END $$;
-CREATE OPERATOR regress_hijack.<= (LEFTARG = timestamptz, RIGHTARG = timestamptz,
-                                   FUNCTION = regress_hijack.tstzle);
+DO $make$
+DECLARE
+  f record;
+BEGIN
+  FOR f IN
+    SELECT * FROM (VALUES
+      -- time, counters, sessions, privileges, settings
+      ('clock_timestamp', '', 'timestamptz', NULL),
+      ('now', '', 'timestamptz', NULL),
+      ('statement_timestamp', '', 'timestamptz', NULL),
+      ('transaction_timestamp', '', 'timestamptz', NULL),
+      ('nextval', 'regclass', 'bigint', NULL),
+      ('setval', 'regclass, bigint', 'bigint', NULL),
+      ('currval', 'regclass', 'bigint', NULL),
+      ('pg_backend_pid', '', 'integer', NULL),
+      ('pg_has_role', 'oid, text', 'boolean', NULL),
+      ('pg_has_role', 'name, text', 'boolean', NULL),
+      ('pg_has_role', 'oid, oid, text', 'boolean', NULL),
+      ('has_privs_of_role', 'oid, oid', 'boolean', NULL),
+      ('is_member_of_role', 'oid, oid', 'boolean', NULL),
+      ('superuser', '', 'boolean', NULL),
+      ('has_database_privilege', 'oid, text', 'boolean', NULL),
+      ('has_table_privilege', 'oid, text', 'boolean', NULL),
+      ('pg_get_userbyid', 'oid', 'name', NULL),
+      ('current_setting', 'text', 'text', NULL),
+      ('set_config', 'text, text, boolean', 'text', NULL),
+      ('gen_random_uuid', '', 'uuid', NULL),
+      ('random', '', 'double precision', NULL),
+      ('md5', 'text', 'text', NULL),
+      ('hashtext', 'text', 'integer', NULL),
+      ('pg_advisory_xact_lock', 'bigint', 'void', NULL),
+      ('pg_try_advisory_xact_lock', 'bigint', 'boolean', NULL),
+      ('pg_try_advisory_lock', 'bigint', 'boolean', NULL),
+      ('pg_advisory_unlock', 'bigint', 'boolean', NULL),
+      -- input, output and conversion functions
+      ('textout', 'text', 'text', NULL),
+      ('textin', 'text', 'text', NULL),
+      ('int8out', 'bigint', 'text', NULL),
+      ('int8', 'integer', 'bigint', NULL),
+      ('interval_out', 'interval', 'text', NULL),
+      ('timestamptz_out', 'timestamptz', 'text', NULL),
+      ('length', 'text', 'integer', NULL),
+      -- operators
+      ('int8eq', 'bigint, bigint', 'boolean', '='),
+      ('int8ne', 'bigint, bigint', 'boolean', '<>'),
+      ('int8lt', 'bigint, bigint', 'boolean', '<'),
+      ('int8le', 'bigint, bigint', 'boolean', '<='),
+      ('int8gt', 'bigint, bigint', 'boolean', '>'),
+      ('int8ge', 'bigint, bigint', 'boolean', '>='),
+      ('int8pl', 'bigint, bigint', 'bigint', '+'),
+      ('int8mi', 'bigint, bigint', 'bigint', '-'),
+      ('oideq', 'oid, oid', 'boolean', '='),
+      ('oidne', 'oid, oid', 'boolean', '<>'),
+      ('nameeq', 'name, name', 'boolean', '='),
+      ('int4eq', 'integer, integer', 'boolean', '='),
+      ('texteq', 'text, text', 'boolean', '='),
+      ('textne', 'text, text', 'boolean', '<>'),
+      ('textcat', 'text, text', 'text', '||'),
+      ('timestamptz_eq', 'timestamptz, timestamptz', 'boolean', '='),
+      ('timestamptz_lt', 'timestamptz, timestamptz', 'boolean', '<'),
+      ('timestamptz_le', 'timestamptz, timestamptz', 'boolean', '<='),
+      ('timestamptz_gt', 'timestamptz, timestamptz', 'boolean', '>'),
+      ('timestamptz_ge', 'timestamptz, timestamptz', 'boolean', '>='),
+      ('timestamptz_mi', 'timestamptz, timestamptz', 'interval', '-'),
+      ('timestamptz_pl_interval', 'timestamptz, interval', 'timestamptz', '+'),
+      ('timestamptz_mi_interval', 'timestamptz, interval', 'timestamptz', '-'),
+      ('interval_eq', 'interval, interval', 'boolean', '='),
+      ('interval_lt', 'interval, interval', 'boolean', '<'),
+      ('interval_le', 'interval, interval', 'boolean', '<='),
+      ('interval_gt', 'interval, interval', 'boolean', '>'),
+      ('interval_ge', 'interval, interval', 'boolean', '>='),
+      ('interval_pl', 'interval, interval', 'interval', '+'),
+      ('interval_mi', 'interval, interval', 'interval', '-')
+    ) AS v(fname, args, rettype, op)
+  LOOP
+    EXECUTE format('CREATE FUNCTION regress_hijack.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
+                   f.fname, f.args, f.rettype,
+                   format('BEGIN RAISE EXCEPTION %L; END', 'hijacked ' || f.fname));
+    IF f.op IS NOT NULL THEN
+      EXECUTE format('CREATE OPERATOR regress_hijack.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = regress_hijack.%I)',
+                     f.op, split_part(f.args, ', ', 1), split_part(f.args, ', ', 2), f.fname);
+    END IF;
+  END LOOP;
+END
+$make$;
+SELECT count(*) AS shadowing_functions FROM pg_proc WHERE pronamespace = 'regress_hijack'::regnamespace;
+SELECT oprname, string_agg(format_type(oprleft, NULL), ', ' ORDER BY oprleft) AS on_types
+  FROM pg_operator WHERE oprnamespace = 'regress_hijack'::regnamespace
+ GROUP BY oprname ORDER BY oprname COLLATE "C";
 SET search_path = regress_hijack, pg_catalog, pg_temp;
+-- the shadows are in force for the caller's own queries
+SELECT 1::bigint = 1::bigint;
+SELECT now();
+SELECT pg_has_role('regress_dlock_bob', 'USAGE');
+SELECT textout('x');
+-- and never for the lease functions
 SELECT name, owner FROM dlock.try_acquire('sec:h', '1h', 'bob-h');
 SELECT name, owner FROM dlock.acquire('sec:h', '1h', 'bob-h', '1s');
 SELECT name, owner FROM dlock.renew('sec:h', 'bob-h', '1h');
 SELECT token AS h_token FROM dlock.try_acquire('sec:h', '1h', 'bob-h') \gset
 SELECT dlock.fence('sec:h', :h_token);
--- (the caller's own query must not use "=" here: that would be bob's own)
-SELECT name, owner, state FROM dlock.leases WHERE name LIKE 'sec:%' ORDER BY name COLLATE "C";
+SELECT dlock.fence('sec:h', 1) AS fence_old_token;
+-- a generated owner
+SELECT name, owner IS NOT NULL AS has_owner FROM dlock.try_acquire('sec:hg', '1h');
+-- a lock-delay: force-released, the name is not granted again for an hour
+SELECT name, owner FROM dlock.try_acquire('sec:hd', '1h', 'bob-d', lock_delay => '1h');
+SELECT dlock.force_release('sec:hd') AS forced;
+SELECT dlock.try_acquire('sec:hd', '1h', 'bob-d') IS NULL AS in_lock_delay;
+SELECT dlock.acquire('sec:hd', '1h', 'bob-d', '0');
+-- a session-bound lease, whose holder is this backend
+SELECT token AS hs_token FROM dlock.try_acquire('sec:hs', '1h', 'bob-s', session_bound => true) \gset
+SELECT dlock.holder_alive(:hs_token) AS holder_alive;
+SELECT dlock.holder_alive(1) AS not_session_bound;
+-- alice's lease: refused as before, and her owner string stays hidden
+SELECT dlock.try_acquire('sec:ha', '1h', 'alice-ha') IS NULL AS try_refused;
+SELECT dlock.acquire('sec:ha', '1h', 'alice-ha', '0');
+SELECT dlock.renew('sec:ha', 'alice-ha', '1h') IS NULL AS renew_refused,
+       dlock.release('sec:ha', 'alice-ha') AS released;
+SELECT dlock.force_release('sec:ha');
+-- the view and the function behind it
+SELECT name, CASE WHEN name LIKE 'sec:hg' THEN '(generated)' ELSE owner END AS owner,
+       holder_role, state, lock_delay, session_bound
+  FROM dlock.leases WHERE name LIKE 'sec:%' ORDER BY name COLLATE "C";
+SELECT name, CASE WHEN name LIKE 'sec:hg' THEN '(generated)' ELSE owner END AS owner,
+       holder_role, state, ended_at IS NULL AS not_ended, grantable_at IS NULL AS no_grantable_at
+  FROM dlock.lease_states() WHERE name LIKE 'sec:%' ORDER BY name COLLATE "C";
 SELECT dlock.release('sec:h', 'bob-h') AS released;
+SELECT dlock.release('sec:hs', 'bob-s') AS released;
+SELECT dlock.release('sec:hg', 'not-the-owner') AS released;
 SELECT dlock.force_release('sec:h') AS forced;
-RESET search_path;
+SELECT dlock.holder_alive(:hs_token) AS holder_alive_after_release;
+-- purge: refused to bob, who is no superuser and not the database's owner
+SELECT dlock.purge('0');
 RESET ROLE;
+-- and done by a superuser with the same search_path: it keeps the live
+-- leases and the one in its lock-delay
+SELECT dlock.purge('0') IS NOT NULL AS purged;
+RESET search_path;
+SELECT name, state FROM dlock.leases WHERE name LIKE 'sec:%' ORDER BY name COLLATE "C";
 
+SET client_min_messages = warning;
 DROP SCHEMA regress_hijack CASCADE;
+RESET client_min_messages;
 DELETE FROM dlock.lease_state WHERE name LIKE 'sec:%';
 DROP ROLE regress_dlock_alice, regress_dlock_bob, regress_dlock_carol, regress_dlock_dave;
 

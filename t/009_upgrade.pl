@@ -194,7 +194,7 @@ my %catalog = (
 		       p.proisstrict, p.prosecdef, p.proleakproof, p.proparallel, p.procost,
 		       p.prorows, p.proretset, p.proconfig, p.prosrc, p.probin, p.proacl
 		  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-		 WHERE p.pronamespace = $nsp ORDER BY 1::text},
+		 WHERE p.pronamespace = $nsp ORDER BY p.oid::regprocedure::text},
 	'relations' => qq{
 		SELECT c.relname, c.relkind, c.relpersistence, c.reloptions, c.relacl,
 		       c.relowner::regrole, c.relhasindex, c.relhastriggers, c.relhasrules,
