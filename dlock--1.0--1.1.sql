@@ -266,9 +266,10 @@ CREATE OPERATOR CLASS dlock.holder_ops DEFAULT FOR TYPE dlock.holder USING hash 
 -- so the table is not rewritten: every row keeps its owner, token, expiry
 -- and lock-delay, and the C code reads the column as an OID either way.
 -- The view dlock.leases depends on the column; it is replaced (not dropped,
--- so that views built on it survive) first by a version that does not read
--- the column, then by its own definition again, with holder_role still a
--- regrole.  All of it commits at once, so no one sees the stand-in.
+-- so that views built on it survive) by a version that does not read the
+-- column, until the definition over dlock.lease_states() below replaces it
+-- with its columns as before (holder_role still a regrole).  All of it
+-- commits at once, so no one sees the stand-in.
 --
 CREATE OR REPLACE VIEW dlock.leases AS
 SELECT s.name,
@@ -287,31 +288,6 @@ SELECT s.name,
 
 ALTER TABLE dlock.lease_state
   ALTER COLUMN holder_role TYPE dlock.holder USING holder_role::dlock.holder;
-
-CREATE OR REPLACE VIEW dlock.leases AS
-SELECT s.name,
-       s.token,
-       CASE WHEN pg_catalog.pg_has_role(s.holder_role::pg_catalog.oid, 'USAGE')
-            THEN s.owner END AS owner,
-       s.holder_role::pg_catalog.regrole AS holder_role,
-       s.acquired_at,
-       s.expires_at,
-       st.state,
-       s.ended_at,
-       CASE st.state
-            WHEN 'released' THEN s.ended_at
-            WHEN 'session_ended' THEN NULL
-            WHEN 'force_released' THEN s.ended_at + s.lock_delay
-            ELSE s.expires_at + s.lock_delay END AS grantable_at,
-       s.lock_delay,
-       s.session_bound,
-       s.holder_pid
-  FROM dlock.lease_state s,
-       LATERAL (SELECT CASE
-                  WHEN s.ended_at IS NOT NULL THEN s.end_reason
-                  WHEN s.session_bound AND NOT dlock.holder_alive(s.token) THEN 'session_ended'
-                  WHEN s.expires_at <= pg_catalog.clock_timestamp() THEN 'expired'
-                  ELSE 'live' END AS state) st;
 
 --
 -- dlock.leases is computed by the same C code as the lease functions:

@@ -150,20 +150,33 @@ RejectMonths(const Interval *span, const char *argname)
 }
 
 /*
+ * IntervalArgMicros - a non-null interval argument in microseconds, without
+ * a month part; a total too large to represent saturates, so that it is
+ * reported as too long (or negative), never as an overflow
+ */
+static int64
+IntervalArgMicros(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	Interval   *span = PG_GETARG_INTERVAL_P(argno);
+	int64		micros;
+
+	RejectMonths(span, argname);
+	if (!IntervalToMicros(span, &micros))
+		micros = span->day < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	return micros;
+}
+
+/*
  * ArgGetTTL - the ttl argument in microseconds: positive, and at most
  * dlock.max_ttl
  */
 int64
 ArgGetTTL(FunctionCallInfo fcinfo, int argno)
 {
-	Interval   *span;
 	int64		micros;
 
 	RequireNotNull(fcinfo, argno, "ttl");
-	span = PG_GETARG_INTERVAL_P(argno);
-	RejectMonths(span, "ttl");
-	if (!IntervalToMicros(span, &micros))
-		micros = span->day < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	micros = IntervalArgMicros(fcinfo, argno, "ttl");
 	if (micros <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -213,7 +226,6 @@ ArgGetTimeout(FunctionCallInfo fcinfo, int argno)
 int64
 ArgGetLockDelay(FunctionCallInfo fcinfo, int argno)
 {
-	Interval   *span;
 	int64		micros;
 
 	if (PG_ARGISNULL(argno))
@@ -228,10 +240,7 @@ ArgGetLockDelay(FunctionCallInfo fcinfo, int argno)
 					 errhint("Lower dlock.default_lock_delay, or pass lock_delay.")));
 		return micros;
 	}
-	span = PG_GETARG_INTERVAL_P(argno);
-	RejectMonths(span, "lock_delay");
-	if (!IntervalToMicros(span, &micros))
-		micros = span->day < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	micros = IntervalArgMicros(fcinfo, argno, "lock_delay");
 	if (micros < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -252,14 +261,10 @@ ArgGetLockDelay(FunctionCallInfo fcinfo, int argno)
 int64
 ArgGetOlderThan(FunctionCallInfo fcinfo, int argno)
 {
-	Interval   *span;
 	int64		micros;
 
 	RequireNotNull(fcinfo, argno, "older_than");
-	span = PG_GETARG_INTERVAL_P(argno);
-	RejectMonths(span, "older_than");
-	if (!IntervalToMicros(span, &micros))
-		micros = span->day < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	micros = IntervalArgMicros(fcinfo, argno, "older_than");
 	if (micros < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
