@@ -5,11 +5,11 @@ MODULE_big = dlock
 OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
              src/lease_status.o src/session.o src/waiting.o \
              src/durability.o src/lease_api.o src/fence.o \
-             src/holder.o src/purge.o src/stats.o
+             src/holder.o src/purge.o src/stats.o src/lease_set.o src/watch.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
-REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge observability
+REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge observability sets
 # Regression and isolation tests start a private instance unless TEMP_INSTANCE
 # is set empty (then they use the server of the libpq environment)
 TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
@@ -17,7 +17,7 @@ TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
 REGRESS_OPTS   = --load-extension=dlock $(TEMP_INSTANCE)
 ISOLATION      = race fence_regrant stale_snapshot rollback \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
-                 same_owner_retry purge_race
+                 same_owner_retry purge_race sets_order watch
 ISOLATION_OPTS = --load-extension=dlock $(TEMP_INSTANCE)
 TAP_TESTS      = 1
 
@@ -32,6 +32,9 @@ PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 
 include $(PGXS)
 
+# Every module includes the shared headers: a change to them rebuilds all
+$(OBJS): src/dlock.h src/dlock_compat.h
+
 # Against one's own server the suite needs prepared transactions: say so
 # instead of failing in the middle
 ifeq ($(strip $(TEMP_INSTANCE)),)
@@ -43,7 +46,7 @@ check-server-settings:
 		{ echo "make installcheck needs a server with max_prepared_transactions > 0 (the tests use PREPARE TRANSACTION), and a superuser"; exit 1; }
 
 # The dlock command-line client (cli/), built and installed with the module
-CLI_SRCS   = cli/main.c cli/db.c cli/run.c
+CLI_SRCS   = cli/main.c cli/db.c cli/run.c cli/watch.c
 CLI_BINDIR ?= /usr/local/bin
 
 all: cli/dlock

@@ -290,6 +290,14 @@ ALTER TABLE dlock.lease_state
   ALTER COLUMN holder_role TYPE dlock.holder USING holder_role::dlock.holder;
 
 --
+-- A value that the holder of a lease publishes (a leader's address), set
+-- by try_acquire, acquire and renew.  Unlike owner, it is shown to every
+-- role that may read dlock.leases: it is meant to be found.  Existing rows
+-- get NULL; the table is not rewritten.
+--
+ALTER TABLE dlock.lease_state ADD COLUMN value text;
+
+--
 -- dlock.leases is computed by the same C code as the lease functions:
 -- dlock.lease_states() classifies each row as they do (src/lease_status.c),
 -- so the view shows the state that try_acquire, renew, release and fence()
@@ -307,7 +315,7 @@ CREATE FUNCTION dlock.lease_states(
   OUT holder_role pg_catalog.regrole, OUT acquired_at timestamptz,
   OUT expires_at timestamptz, OUT state text, OUT ended_at timestamptz,
   OUT grantable_at timestamptz, OUT lock_delay interval,
-  OUT session_bound boolean, OUT holder_pid integer)
+  OUT session_bound boolean, OUT holder_pid integer, OUT value text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_lease_states'
 LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
@@ -327,7 +335,8 @@ SELECT l.name COLLATE pg_catalog."C" AS name,
        l.grantable_at,
        l.lock_delay,
        l.session_bound,
-       l.holder_pid
+       l.holder_pid,
+       l.value
   FROM dlock.lease_states() l;
 
 --
@@ -449,15 +458,88 @@ REVOKE EXECUTE ON FUNCTION dlock.stats_reset() FROM PUBLIC;
 -- search_path, and they behave exactly as with the setting pinned.
 -- dlock.fence() never had the clause.  dlock--1.0.sql has shipped and is not
 -- changed: a database at 1.0 keeps the clause until it is updated.
+-- (try_acquire, acquire and renew are made again below, without it.)
 --
-ALTER FUNCTION dlock.try_acquire(text, pg_catalog.interval, text, pg_catalog.interval, boolean)
-  RESET search_path;
-ALTER FUNCTION dlock.acquire(text, pg_catalog.interval, text, pg_catalog.interval,
-                             pg_catalog.interval, boolean)
-  RESET search_path;
-ALTER FUNCTION dlock.renew(text, text, pg_catalog.interval) RESET search_path;
 ALTER FUNCTION dlock.release(text, text) RESET search_path;
 ALTER FUNCTION dlock.force_release(text) RESET search_path;
 ALTER FUNCTION dlock.holder_alive(bigint) RESET search_path;
 ALTER FUNCTION dlock.lease_states() RESET search_path;
 ALTER FUNCTION dlock.purge(pg_catalog.interval) RESET search_path;
+
+--
+-- try_acquire, acquire and renew take the value to publish.  A parameter
+-- cannot be added to an existing function, and an overload with one more
+-- defaulted parameter would make every call that omits it ambiguous, so
+-- they are dropped and made again, with the same C entry points (which
+-- read value only when it is declared, so 1.0's declarations still work
+-- with this module).  EXECUTE stays granted to PUBLIC.
+--
+DROP FUNCTION dlock.try_acquire(text, pg_catalog.interval, text, pg_catalog.interval, boolean);
+CREATE FUNCTION dlock.try_acquire(name text, ttl interval, owner text DEFAULT NULL,
+                                  lock_delay interval DEFAULT NULL,
+                                  session_bound boolean DEFAULT false,
+                                  value text DEFAULT NULL)
+RETURNS dlock.lease
+AS 'MODULE_PATHNAME', 'dlock_try_acquire'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION dlock.try_acquire(text, interval, text, interval, boolean, text) IS
+  'Grants a lease of name for ttl at once, or returns NULL when another owner holds it, it is being changed, it is in its lock-delay, or others wait for it; never blocks. NULL owner: the server generates one. lock_delay NULL: dlock.default_lock_delay. value: published in dlock.leases (the same owner asking again keeps the old one when NULL).';
+
+DROP FUNCTION dlock.acquire(text, pg_catalog.interval, text, pg_catalog.interval,
+                            pg_catalog.interval, boolean);
+CREATE FUNCTION dlock.acquire(name text, ttl interval, owner text DEFAULT NULL,
+                              timeout interval DEFAULT NULL,
+                              lock_delay interval DEFAULT NULL,
+                              session_bound boolean DEFAULT false,
+                              value text DEFAULT NULL)
+RETURNS dlock.lease
+AS 'MODULE_PATHNAME', 'dlock_acquire'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION dlock.acquire(text, interval, text, interval, interval, boolean, text) IS
+  'Grants a lease of name for ttl, waiting in arrival order until it is free; timeout NULL waits until cancelled, 0 does not wait; raises 55P03 when the timeout passes. value: published in dlock.leases.';
+
+DROP FUNCTION dlock.renew(text, text, pg_catalog.interval);
+CREATE FUNCTION dlock.renew(name text, owner text, ttl interval,
+                            value text DEFAULT NULL)
+RETURNS dlock.lease
+AS 'MODULE_PATHNAME', 'dlock_renew'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION dlock.renew(text, text, interval, text) IS
+  'Extends a live lease held by owner to ttl from now, same token; NULL when owner does not hold a live lease. value, when not NULL, replaces the published value.';
+
+--
+-- Sets: several names granted all at once under one token, or none of
+-- them (see src/lease_set.c).  At most 64 distinct names per call.
+--
+CREATE FUNCTION dlock.try_acquire_all(names text[], ttl interval, owner text DEFAULT NULL)
+RETURNS SETOF dlock.lease
+AS 'MODULE_PATHNAME', 'dlock_try_acquire_all'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 4;
+COMMENT ON FUNCTION dlock.try_acquire_all(text[], interval, text) IS
+  'Grants a lease of every distinct name for ttl at once, all under one token (one row per name), or returns no rows and changes nothing; never blocks.';
+
+CREATE FUNCTION dlock.acquire_all(names text[], ttl interval, owner text DEFAULT NULL,
+                                  timeout interval DEFAULT NULL)
+RETURNS SETOF dlock.lease
+AS 'MODULE_PATHNAME', 'dlock_acquire_all'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 4;
+COMMENT ON FUNCTION dlock.acquire_all(text[], interval, text, interval) IS
+  'Grants a lease of every distinct name for ttl, all under one token, waiting in arrival order on each name; never deadlocks with other acquires. Raises 55P03, holding none of them, when the timeout passes.';
+
+CREATE FUNCTION dlock.release_all(names text[], owner text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'dlock_release_all'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION dlock.release_all(text[], text) IS
+  'Releases each of the names whose lease owner holds live; returns how many it released.';
+
+--
+-- Watching: wait for the live lease of a name to change, woken by the
+-- commit that changes it or by its expiry, not by polling.
+--
+CREATE FUNCTION dlock.watch(name text, token bigint, timeout interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'dlock_watch'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION dlock.watch(text, bigint, interval) IS
+  'Returns as soon as the live token of name differs from token: the live token, or NULL when no lease is live (token NULL: waits for a live lease). Returns token when the timeout passes first; timeout NULL waits until cancelled.';

@@ -1,7 +1,8 @@
 /*
  * main.c
  *	  The dlock command: option parsing, help, and the commands that are a
- *	  single query (status, release, force-release).  "run" lives in run.c.
+ *	  single query (status, release, force-release).  "run" lives in run.c,
+ *	  "watch" in watch.c.
  */
 #include <getopt.h>
 #include <stdarg.h>
@@ -71,6 +72,7 @@ usage(FILE *out)
 			"Usage:\n"
 			"  dlock run NAME [OPTION]... -- COMMAND [ARG]...\n"
 			"  dlock status [NAME] [--json]\n"
+			"  dlock watch NAME [--json]\n"
 			"  dlock release NAME --owner OWNER\n"
 			"  dlock force-release NAME\n"
 			"\n"
@@ -86,6 +88,11 @@ usage(FILE *out)
 			"the time before the child starts: within it a server that is down, restarts\n"
 			"or fails over is reconnected to with backoff, and the wait goes on.\n"
 			"\n"
+			"watch: print the live lease of NAME (token, owner where visible, value,\n"
+			"expiry) and then one line each time it changes, until interrupted.  It\n"
+			"waits on the server without polling and reconnects when the connection is\n"
+			"lost.\n"
+			"\n"
 			"Options for run:\n"
 			"      --ttl=DURATION            lease ttl (default 30s)\n"
 			"      --wait=DURATION|forever   how long to wait for the server and the lease\n"
@@ -93,6 +100,8 @@ usage(FILE *out)
 			"      --owner=OWNER             owner string (default: random)\n"
 			"      --lock-delay=DURATION     lock-delay after expiry (default: server's)\n"
 			"      --session-bound           the lease also ends with this connection\n"
+			"      --value=TEXT              publish TEXT as the lease's value (a leader's\n"
+			"                                address), shown in dlock.leases\n"
 			"      --conflict-exit-code=N    exit code when the lease is busy (default 75)\n"
 			"      --kill-after=DURATION     SIGTERM-to-SIGKILL grace (default 10s)\n"
 			"\n"
@@ -100,7 +109,7 @@ usage(FILE *out)
 			"  -d, --dbname=CONNINFO         database to connect to (conninfo or URI)\n"
 			"  -q, --quiet                   no messages, only the exit code\n"
 			"  -v, --verbose                 report each step on stderr\n"
-			"      --json                    status as JSON\n"
+			"      --json                    status or watch as JSON\n"
 			"  -h, --help                    show this help and exit\n"
 			"\n"
 			"DURATION is PostgreSQL interval text: 30s, '5 min', 1h.  Connection settings\n"
@@ -234,7 +243,7 @@ cmd_release(const char *dbname, const char *name, const char *owner, bool force)
 enum
 {
 	OPT_TTL = 256, OPT_WAIT, OPT_OWNER, OPT_LOCK_DELAY, OPT_SESSION_BOUND,
-	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON
+	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON, OPT_VALUE
 };
 
 int
@@ -253,6 +262,7 @@ main(int argc, char **argv)
 		{"conflict-exit-code", required_argument, NULL, OPT_CONFLICT},
 		{"kill-after", required_argument, NULL, OPT_KILL_AFTER},
 		{"json", no_argument, NULL, OPT_JSON},
+		{"value", required_argument, NULL, OPT_VALUE},
 		{NULL, 0, NULL, 0}
 	};
 	RunOptions	run = {
@@ -276,6 +286,7 @@ main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	if (strcmp(command, "run") != 0 && strcmp(command, "status") != 0 &&
+		strcmp(command, "watch") != 0 &&
 		strcmp(command, "release") != 0 && strcmp(command, "force-release") != 0)
 		return bad_usage("unknown command \"%s\"", command);
 
@@ -333,6 +344,9 @@ main(int argc, char **argv)
 			case OPT_JSON:
 				json = true;
 				break;
+			case OPT_VALUE:
+				run.value = optarg;
+				break;
 			default:
 				fprintf(stderr, "Try \"%s --help\" for more information.\n", progname);
 				return EXIT_USAGE;
@@ -348,6 +362,12 @@ main(int argc, char **argv)
 	if (run.name == NULL || run.name[0] == '\0')
 		return bad_usage("%s: a lease NAME is required", command);
 
+	if (strcmp(command, "watch") == 0)
+	{
+		if (optind < argc)
+			return bad_usage("unexpected argument \"%s\"", argv[optind]);
+		return watch_command(run.dbname, run.name, json);
+	}
 	if (strcmp(command, "release") == 0 || strcmp(command, "force-release") == 0)
 	{
 		bool		force = strcmp(command, "force-release") == 0;

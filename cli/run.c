@@ -727,9 +727,9 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 	for (;;)
 	{
 		char		timeout[64];
-		const char *params[6] = {
+		const char *params[7] = {
 			opts->name, opts->ttl, lease->owner, NULL, opts->lock_delay,
-			opts->session_bound ? "true" : "false"
+			opts->session_bound ? "true" : "false", opts->value
 		};
 		double		sent_at;
 		PGresult   *res;
@@ -764,12 +764,18 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 			params[3] = timeout;
 		}
 		sent_at = now_s();
-		outcome = query_until(*conn,
+		/* value only when given, so that a server at version 1.0 works */
+		outcome = query_until(*conn, opts->value == NULL ?
 							  "SELECT owner, token, expires_at,"
 							  "       extract(epoch FROM expires_at - clock_timestamp())"
 							  "  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
-							  "                     $5::interval, $6::boolean)",
-							  6, params, wait_deadline + ANSWER_GRACE_S, 0, true, &res);
+							  "                     $5::interval, $6::boolean)" :
+							  "SELECT owner, token, expires_at,"
+							  "       extract(epoch FROM expires_at - clock_timestamp())"
+							  "  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
+							  "                     $5::interval, $6::boolean, $7)",
+							  opts->value == NULL ? 6 : 7, params,
+							  wait_deadline + ANSWER_GRACE_S, 0, true, &res);
 
 		if (outcome == QUERY_SIGNALLED)
 		{

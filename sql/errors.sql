@@ -67,7 +67,38 @@ SELECT call, pg_temp.outcome(call) FROM (VALUES
   -- timeout: negative or with months: 22023
   ($$dlock.acquire('n', '1s', 'o', '-1ms')$$),
   ($$dlock.acquire('n', '1s', 'o', '-100000000 days')$$),
-  ($$dlock.acquire('n', '1s', 'o', '1 mon')$$)
+  ($$dlock.acquire('n', '1s', 'o', '1 mon')$$),
+  -- sets: NULL array or element 22004; empty, too many, bad names,
+  -- more than one dimension 22023; and the usual checks of ttl, owner
+  -- and timeout
+  ($$dlock.try_acquire_all(NULL, '1s')$$),
+  ($$dlock.try_acquire_all(ARRAY['a', NULL], '1s')$$),
+  ($$dlock.acquire_all(ARRAY[NULL::text], '1s')$$),
+  ($$dlock.release_all(NULL, 'o')$$),
+  ($$dlock.release_all(ARRAY['a', NULL], 'o')$$),
+  ($$dlock.release_all(ARRAY['a'], NULL)$$),
+  ($$dlock.try_acquire_all('{}', '1s')$$),
+  ($$dlock.acquire_all('{}', '1s')$$),
+  ($$dlock.release_all('{}', 'o')$$),
+  ($$dlock.try_acquire_all(ARRAY['a', ''], '1s')$$),
+  ($$dlock.try_acquire_all(ARRAY['a', repeat('x', 1025)], '1s')$$),
+  ($$dlock.try_acquire_all(ARRAY[['a', 'b'], ['c', 'd']], '1s')$$),
+  ($$dlock.try_acquire_all(ARRAY(SELECT 'n' || i FROM generate_series(1, 65) i), '1s')$$),
+  ($$dlock.acquire_all(ARRAY(SELECT 'n' || i FROM generate_series(1, 65) i), '1s')$$),
+  ($$dlock.try_acquire_all(ARRAY['a'], NULL)$$),
+  ($$dlock.try_acquire_all(ARRAY['a'], '0')$$),
+  ($$dlock.try_acquire_all(ARRAY['a'], '2 days')$$),
+  ($$dlock.try_acquire_all(ARRAY['a'], '1s', '')$$),
+  ($$dlock.acquire_all(ARRAY['a'], '1s', 'o', '-1s')$$),
+  -- values: over 1024 bytes 22023
+  ($$dlock.try_acquire('n', '1s', value => repeat('v', 1025))$$),
+  ($$dlock.acquire('n', '1s', value => repeat('é', 513))$$),
+  ($$dlock.renew('err:held', 'holder', '1s', repeat('v', 1025))$$),
+  -- watch: NULL or bad name 22004/22023, bad timeout 22023
+  ($$dlock.watch(NULL, 1)$$),
+  ($$dlock.watch('', 1)$$),
+  ($$dlock.watch('n', 1, '-1s')$$),
+  ($$dlock.watch('n', 1, '1 mon')$$)
 ) AS bad(call);
 
 -- Nothing changed, and no token was drawn
@@ -84,10 +115,19 @@ SELECT dlock.try_acquire(repeat('x', 2000), '1s');
 SELECT dlock.try_acquire('n', '1s', '');
 SELECT dlock.acquire('n', '1s', 'o', '-1s');
 SELECT dlock.acquire('n', NULL);
+SELECT dlock.try_acquire_all(ARRAY(SELECT 'n' || i FROM generate_series(1, 65) i), '1s');
+SELECT dlock.try_acquire_all(ARRAY['a', NULL, 'c'], '1s');
+SELECT dlock.try_acquire('n', '1s', value => repeat('v', 2000));
 
 -- The limits themselves are accepted
 SELECT length(name) AS name_bytes FROM dlock.try_acquire(repeat('x', 1024), '1s', repeat('o', 256));
 SELECT octet_length(name) AS name_bytes FROM dlock.try_acquire(repeat('é', 512), '1s');
+SELECT count(*) AS set_of_64 FROM dlock.try_acquire_all(
+  ARRAY(SELECT 'err:set' || (i % 64) FROM generate_series(1, 200) i), '1s');
+SELECT dlock.try_acquire('err:value', '1s', value => repeat('v', 1024)) IS NOT NULL AS value_accepted;
+SELECT octet_length(value) AS value_bytes FROM dlock.leases WHERE name = 'err:value';
+SELECT dlock.try_acquire('err:empty-value', '1s', value => '') IS NOT NULL AS empty_value_accepted;
+SELECT value = '' AS empty_value_kept FROM dlock.leases WHERE name = 'err:empty-value';
 SELECT dlock.try_acquire('err:max', '1 day') IS NOT NULL AS max_ttl_accepted;
 -- a timeout too long to represent just means no limit
 SELECT dlock.acquire('err:huge', '1s', 'o', '100000000 days') IS NOT NULL AS granted;

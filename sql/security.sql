@@ -102,7 +102,7 @@ SELECT dlock.force_release('sec:b') AS forced_by_superuser;
 -- none of the shadowed operators or functions.
 --
 SET ROLE regress_dlock_alice;
-SELECT name, owner FROM dlock.try_acquire('sec:ha', '1h', 'alice-ha');
+SELECT name, owner FROM dlock.try_acquire('sec:ha', '1h', 'alice-ha', value => 'alice at 10.0.0.7');
 RESET ROLE;
 CREATE SCHEMA regress_hijack AUTHORIZATION regress_dlock_bob;
 SET ROLE regress_dlock_bob;
@@ -225,6 +225,24 @@ SELECT dlock.acquire('sec:ha', '1h', 'alice-ha', '0');
 SELECT dlock.renew('sec:ha', 'alice-ha', '1h') IS NULL AS renew_refused,
        dlock.release('sec:ha', 'alice-ha') AS released;
 SELECT dlock.force_release('sec:ha');
+-- sets: bob's own names at once under one token; alice's name in a set
+-- makes the whole set refused, also with her owner string
+SELECT count(*) AS granted, count(DISTINCT token) AS tokens, min(owner) AS owner
+  FROM dlock.try_acquire_all(ARRAY['sec:s1', 'sec:s2'], '1h', 'bob-s1');
+SELECT name, owner FROM dlock.acquire_all(ARRAY['sec:s3', 'sec:s2'], '1h', 'bob-s1', '1s')
+  ORDER BY name COLLATE "C";
+SELECT count(*) AS granted_with_alices FROM dlock.try_acquire_all(ARRAY['sec:s4', 'sec:ha'], '1h', 'bob-s4');
+SELECT count(*) AS granted_as_alice FROM dlock.try_acquire_all(ARRAY['sec:s4', 'sec:ha'], '1h', 'alice-ha');
+SELECT dlock.acquire_all(ARRAY['sec:s4', 'sec:ha'], '1h', 'alice-ha', '0');
+SELECT dlock.release_all(ARRAY['sec:ha'], 'alice-ha') AS released_alices;
+SELECT dlock.release_all(ARRAY['sec:s1', 'sec:s2', 'sec:s3', 'sec:s4', 'sec:ha'], 'bob-s1') AS released;
+-- watch: tokens are public, as in dlock.leases
+SELECT dlock.watch('sec:ha', NULL, '0') IS NOT NULL AS watch_sees_alices_token;
+SELECT dlock.watch('sec:s1', NULL, '0') IS NULL AS watch_no_live_lease;
+-- values: published to every role, alice's too (her owner stays hidden)
+SELECT token = :h_token AS same_token FROM dlock.renew('sec:h', 'bob-h', '1h', value => 'bob at 10.0.0.1');
+SELECT name, owner, value FROM dlock.leases WHERE name LIKE 'sec:h' OR name LIKE 'sec:ha'
+ ORDER BY name COLLATE "C";
 -- the view and the function behind it
 SELECT name, CASE WHEN name LIKE 'sec:hg' THEN '(generated)' ELSE owner END AS owner,
        holder_role, state, lock_delay, session_bound

@@ -27,6 +27,8 @@
 #include "common/int.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -43,6 +45,25 @@ RequireNotNull(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
+ * CheckName - a lease name's length, checked; what identifies it is named
+ * in the messages ("lease name", or "lease name 3" for an array element)
+ */
+static void
+CheckName(int len, const char *what)
+{
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what)));
+	if (len > DLOCK_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long", what),
+				 errdetail("The name is %d bytes long; the limit is %d bytes.",
+						   len, DLOCK_MAX_NAME_BYTES)));
+}
+
+/*
  * ArgGetName - the lease name argument, checked
  *
  * The returned name points into the (detoasted) argument, which lives as
@@ -52,22 +73,116 @@ void
 ArgGetName(FunctionCallInfo fcinfo, int argno, LeaseName *name)
 {
 	text	   *t;
-	int			len;
 
 	RequireNotNull(fcinfo, argno, "lease name");
 	t = PG_GETARG_TEXT_PP(argno);
+	CheckName(VARSIZE_ANY_EXHDR(t), "lease name");
+	LeaseNameInit(name, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+/*
+ * LeaseNameCompare - the canonical order of names: by lock tag (the hash),
+ * then by bytes.  Names that share a hash share their lock tags, and are
+ * next to each other in this order.
+ */
+int
+LeaseNameCompare(const void *a, const void *b)
+{
+	const LeaseName *x = (const LeaseName *) a;
+	const LeaseName *y = (const LeaseName *) b;
+	int			cmp;
+
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	cmp = memcmp(x->data, y->data, Min(x->len, y->len));
+	if (cmp != 0)
+		return cmp;
+	return (x->len > y->len) - (x->len < y->len);
+}
+
+/*
+ * ArgGetNames - the names array of the *_all functions, checked, without
+ * duplicates, in the canonical order (LeaseNameCompare); returns how many
+ *
+ * The names point into the argument, which lives as long as the call.
+ */
+int
+ArgGetNames(FunctionCallInfo fcinfo, int argno, LeaseName **names)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+	int			count = 0;
+
+	RequireNotNull(fcinfo, argno, "names");
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("names must be a one-dimensional array")));
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &nelems);
+	if (nelems == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("names must not be empty")));
+	if (nelems > DLOCK_MAX_SET_NAMES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("too many names"),
+				 errdetail("%d names were given; the limit is %d.",
+						   nelems, DLOCK_MAX_SET_NAMES)));
+
+	*names = palloc(sizeof(LeaseName) * nelems);
+	for (int i = 0; i < nelems; i++)
+	{
+		text	   *t;
+		char		what[32];
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("names must not contain nulls"),
+					 errdetail("Element %d is null.", i + 1)));
+		t = DatumGetTextPP(elems[i]);
+		snprintf(what, sizeof(what), "lease name %d", i + 1);
+		CheckName(VARSIZE_ANY_EXHDR(t), what);
+		LeaseNameInit(&(*names)[i], VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	}
+
+	qsort(*names, nelems, sizeof(LeaseName), LeaseNameCompare);
+	for (int i = 0; i < nelems; i++)
+	{
+		if (count > 0 && LeaseNameCompare(&(*names)[count - 1], &(*names)[i]) == 0)
+			continue;
+		(*names)[count++] = (*names)[i];
+	}
+	return count;
+}
+
+/*
+ * ArgGetValue - the value a holder publishes, checked; NULL when it is
+ * NULL, or when the function has no such argument (a version 1.0
+ * declaration of the function)
+ */
+char *
+ArgGetValue(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	t = PG_GETARG_TEXT_PP(argno);
 	len = VARSIZE_ANY_EXHDR(t);
-	if (len == 0)
+	if (len > DLOCK_MAX_VALUE_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease name must not be empty")));
-	if (len > DLOCK_MAX_NAME_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease name is too long"),
-				 errdetail("The name is %d bytes long; the limit is %d bytes.",
-						   len, DLOCK_MAX_NAME_BYTES)));
-	LeaseNameInit(name, VARDATA_ANY(t), len);
+				 errmsg("value is too long"),
+				 errdetail("The value is %d bytes long; the limit is %d bytes.",
+						   len, DLOCK_MAX_VALUE_BYTES)));
+	return text_to_cstring(t);
 }
 
 /*
@@ -220,7 +335,8 @@ ArgGetTimeout(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * ArgGetLockDelay - the lock_delay argument in microseconds; NULL means the
+ * ArgGetLockDelay - the lock_delay argument in microseconds; NULL (or argno
+ * -1, for a function without the argument) means the
  * dlock.default_lock_delay setting
  */
 int64
@@ -228,7 +344,7 @@ ArgGetLockDelay(FunctionCallInfo fcinfo, int argno)
 {
 	int64		micros;
 
-	if (PG_ARGISNULL(argno))
+	if (argno < 0 || PG_ARGISNULL(argno))
 	{
 		/* SET checks it too, but dlock.max_ttl may have been lowered since */
 		micros = (int64) dlock_default_lock_delay * 1000;

@@ -57,17 +57,31 @@ typedef enum DlockLockSpace
 {
 	DLOCK_SPACE_NAME = 17484,	/* key: name hash; serializes a name's state */
 	DLOCK_SPACE_QUEUE = 17485,	/* key: name hash; the FIFO queue of waiters */
-	DLOCK_SPACE_SESSION = 17486 /* key: token; held by a session-bound holder */
+	DLOCK_SPACE_SESSION = 17486,	/* key: token; held by a session-bound holder */
+	DLOCK_SPACE_WATCH = 17487	/* key: name hash; held by dlock.watch() callers */
 } DlockLockSpace;
 
 #define DLOCK_FENCE_LOCKMODE	AccessShareLock
 #define DLOCK_CHANGE_LOCKMODE	ShareUpdateExclusiveLock
 #define DLOCK_GRANT_LOCKMODE	AccessExclusiveLock
 #define DLOCK_QUEUE_LOCKMODE	ExclusiveLock
+#define DLOCK_WATCH_LOCKMODE	AccessShareLock
+
+/*
+ * dlock.watch() reads a name's row holding this mode on the name's lock,
+ * briefly: it waits for a change in progress to become visible (it
+ * conflicts with the change and grant modes) without waiting for fenced
+ * transactions, and watchers do not wait for one another.
+ */
+#define DLOCK_READ_LOCKMODE		ShareLock
 
 /* Documented limits on the text arguments, in bytes */
 #define DLOCK_MAX_NAME_BYTES	1024
 #define DLOCK_MAX_OWNER_BYTES	256
+#define DLOCK_MAX_VALUE_BYTES	1024
+
+/* Documented limit on the number of names of one *_all call */
+#define DLOCK_MAX_SET_NAMES		64
 
 /* GUCs (dlock.c) */
 extern int	dlock_max_ttl;		/* seconds */
@@ -107,6 +121,9 @@ extern void NameLockReleaseForTransaction(const LeaseName *name, LOCKMODE mode);
 
 /* args.c */
 extern void ArgGetName(FunctionCallInfo fcinfo, int argno, LeaseName *name);
+extern int	LeaseNameCompare(const void *a, const void *b);
+extern int	ArgGetNames(FunctionCallInfo fcinfo, int argno, LeaseName **names);
+extern char *ArgGetValue(FunctionCallInfo fcinfo, int argno);
 extern char *ArgGetOwner(FunctionCallInfo fcinfo, int argno, bool generate_if_null);
 extern int64 ArgGetTTL(FunctionCallInfo fcinfo, int argno);
 extern int64 ArgGetTimeout(FunctionCallInfo fcinfo, int argno);
@@ -139,6 +156,7 @@ typedef struct LeaseRow
 	int64		lock_delay_us;
 	bool		session_bound;
 	int32		holder_pid;		/* backend that took a session-bound lease */
+	char	   *value;			/* published by the holder, or NULL */
 } LeaseRow;
 
 /* The relations behind the lease store, opened for one call */
@@ -147,6 +165,7 @@ typedef struct LeaseStore
 	Relation	heap;
 	Relation	index;
 	LOCKMODE	lockmode;
+	int			natts;			/* 11 before version 1.1 (no value column) */
 } LeaseStore;
 
 /* lease_store.c */
@@ -241,6 +260,53 @@ typedef struct PendingItem
 
 extern List *PendingItemsAtSubAbort(List *items, SubTransactionId mySubid);
 
+/* lease_api.c: granting and ending leases, also used by lease_set.c */
+
+/* What one attempt to grant found */
+typedef enum GrantOutcome
+{
+	GRANT_DONE,					/* granted or extended: see the lease row */
+	GRANT_HELD,					/* another owner holds a live lease */
+	GRANT_DELAYED,				/* the lease ended and is in its lock-delay */
+	GRANT_BUSY,					/* the name's lock was not available in time */
+	GRANT_QUEUED,				/* other waiters are ahead in the queue */
+	GRANT_FREE					/* (internal) the name may be granted */
+} GrantOutcome;
+
+/* A request to acquire, as parsed from the arguments */
+typedef struct GrantRequest
+{
+	LeaseName	name;
+	char	   *owner;
+	int64		ttl_us;
+	int64		lock_delay_us;
+	bool		session_bound;
+	char	   *value;			/* to publish, or NULL */
+} GrantRequest;
+
+extern const WaitLimit NoWait;
+extern const WaitLimit WaitForever;
+
+extern void CheckLeasesWritable(const char *funcname);
+extern bool IsSameHolder(const LeaseRow *row, const char *owner);
+extern HeapTuple LeaseResultTuple(TupleDesc tupdesc, const LeaseName *name,
+								  const LeaseRow *row);
+extern TimestampTz ExpiryAfter(TimestampTz now, int64 ttl_us);
+extern void ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
+						int64 ttl_us, const char *value, TimestampTz now);
+extern void GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req,
+								LeaseRow *row, int64 token);
+extern void EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
+					 TimestampTz now, LeaseEndReason reason);
+extern bool FetchHeldLease(LeaseStore *store, const LeaseName *name,
+						   const char *owner, LeaseRow *row, TimestampTz *now);
+extern WaitLimit AcquireLimit(int64 timeout_us);
+extern void AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start);
+extern void AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start);
+extern void AcquireTimedOut(const LeaseName *name, GrantOutcome outcome,
+							TimestampTz wait_start);
+extern void AcquireErrorContext(void *arg);
+
 /* session.c: session-bound leases */
 extern void SessionLeaseTake(const LeaseName *name, int64 token);
 extern void SessionLeaseForgetAtCommit(int64 token);
@@ -257,6 +323,10 @@ extern void QueueLeave(const LeaseName *name);
 extern bool QueueIsEmpty(const LeaseName *name);
 extern void WakeQueueHead(const LeaseName *name);
 extern void WakeQueueHeadAtCommit(const LeaseName *name);
+extern void WatchersJoin(const LeaseName *name);
+extern void WatchersLeave(const LeaseName *name);
+extern void WakeWatchers(const LeaseName *name);
+extern void WakeWatchersAtCommit(const LeaseName *name);
 extern void SleepUntil(TimestampTz until, WaitLimit limit);
 extern void QueueWakesAtEOXact(XactEvent event);
 extern void QueueWakesAtSubAbort(SubTransactionId mySubid);

@@ -51,27 +51,6 @@ PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_force_release);
 
-/* What one attempt to grant found */
-typedef enum GrantOutcome
-{
-	GRANT_DONE,					/* granted or extended: see the lease row */
-	GRANT_HELD,					/* another owner holds a live lease */
-	GRANT_DELAYED,				/* the lease ended and is in its lock-delay */
-	GRANT_BUSY,					/* the name's lock was not available in time */
-	GRANT_QUEUED,				/* other waiters are ahead in the queue */
-	GRANT_FREE					/* (internal) the name may be granted */
-} GrantOutcome;
-
-/* A request to acquire, as parsed from the arguments */
-typedef struct GrantRequest
-{
-	LeaseName	name;
-	char	   *owner;
-	int64		ttl_us;
-	int64		lock_delay_us;
-	bool		session_bound;
-} GrantRequest;
-
 /* Why and until when an attempt has to wait */
 typedef struct GrantWait
 {
@@ -79,13 +58,13 @@ typedef struct GrantWait
 	int64		session_token;	/* token of a live session-bound lease, or 0 */
 } GrantWait;
 
-static const WaitLimit NoWait = {false, 0};
-static const WaitLimit WaitForever = {true, DT_NOEND};
+const WaitLimit NoWait = {false, 0};
+const WaitLimit WaitForever = {true, DT_NOEND};
 
 /*
  * CheckLeasesWritable - leases can only change on a writable primary
  */
-static void
+void
 CheckLeasesWritable(const char *funcname)
 {
 	if (RecoveryInProgress())
@@ -112,7 +91,7 @@ MayActFor(Oid holder_role)
 	return has_privs_of_role(GetUserId(), holder_role);
 }
 
-static inline bool
+bool
 IsSameHolder(const LeaseRow *row, const char *owner)
 {
 	return strcmp(row->owner, owner) == 0 && MayActFor(row->holder_role);
@@ -125,25 +104,33 @@ static Datum
 LeaseResult(FunctionCallInfo fcinfo, const LeaseName *name, const LeaseRow *row)
 {
 	TupleDesc	tupdesc;
-	Datum		values[4];
-	bool		nulls[4] = {false, false, false, false};
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	tupdesc = BlessTupleDesc(tupdesc);
+	return HeapTupleGetDatum(LeaseResultTuple(BlessTupleDesc(tupdesc), name, row));
+}
+
+/*
+ * LeaseResultTuple - the dlock.lease tuple for a row, in a blessed tupdesc
+ */
+HeapTuple
+LeaseResultTuple(TupleDesc tupdesc, const LeaseName *name, const LeaseRow *row)
+{
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
 
 	values[0] = PointerGetDatum(cstring_to_text_with_len(name->data, name->len));
 	values[1] = CStringGetTextDatum(row->owner);
 	values[2] = Int64GetDatum(row->token);
 	values[3] = TimestampTzGetDatum(row->expires_at);
-	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+	return heap_form_tuple(tupdesc, values, nulls);
 }
 
 /*
  * ExpiryAfter - now + ttl, saturating at the end of the timestamp range
  * (dlock.max_ttl keeps real ttls far below that)
  */
-static TimestampTz
+TimestampTz
 ExpiryAfter(TimestampTz now, int64 ttl_us)
 {
 	TimestampTz result;
@@ -165,13 +152,16 @@ WriteChange(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 }
 
 /*
- * ExtendLease - the same owner asked again: same token, expiry from now
+ * ExtendLease - the same owner asked again: same token, expiry from now,
+ * and the value, when one is given
  */
-static void
+void
 ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
-			int64 ttl_us, TimestampTz now)
+			int64 ttl_us, const char *value, TimestampTz now)
 {
 	row->expires_at = ExpiryAfter(now, ttl_us);
+	if (value != NULL)
+		row->value = unconstify(char *, value);
 	WriteChange(store, name, row);
 	DlockStatsCount(name, DLOCK_STAT_RENEWAL);
 }
@@ -182,13 +172,20 @@ ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 static void
 GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 {
-	int64		token;
-	TimestampTz now;
-
 	if (req->session_bound)
 		SessionLeasePrune();
+	GrantLeaseWithToken(store, req, row, LeaseStoreNextToken());
+}
 
-	token = LeaseStoreNextToken();
+/*
+ * GrantLeaseWithToken - write the grant of a token that the caller took
+ * from LeaseStoreNextToken(); the caller holds DLOCK_GRANT_LOCKMODE
+ */
+void
+GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req, LeaseRow *row,
+					int64 token)
+{
+	TimestampTz now;
 
 	/*
 	 * The counter can only be behind the table if someone reset it by hand
@@ -216,7 +213,9 @@ GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 	row->lock_delay_us = req->lock_delay_us;
 	row->session_bound = req->session_bound;
 	row->holder_pid = req->session_bound ? MyProcPid : 0;
+	row->value = req->value;
 	WriteChange(store, &req->name, row);
+	WakeWatchersAtCommit(&req->name);
 
 	if (req->session_bound)
 		SessionLeaseTake(&req->name, token);
@@ -265,7 +264,7 @@ SettleUnlessFree(LeaseStore *store, const GrantRequest *req, LOCKMODE held,
 
 	if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
 	{
-		ExtendLease(store, &req->name, row, req->ttl_us, now);
+		ExtendLease(store, &req->name, row, req->ttl_us, req->value, now);
 		LeaseStoreClose(store);
 		return GRANT_DONE;
 	}
@@ -331,18 +330,19 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 
 static void
 GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req,
-				int lock_delay_argno, int session_bound_argno)
+				int lock_delay_argno, int session_bound_argno, int value_argno)
 {
 	ArgGetName(fcinfo, 0, &req->name);
 	req->ttl_us = ArgGetTTL(fcinfo, 1);
 	req->owner = ArgGetOwner(fcinfo, 2, true);
 	req->lock_delay_us = ArgGetLockDelay(fcinfo, lock_delay_argno);
 	req->session_bound = ArgGetBool(fcinfo, session_bound_argno, "session_bound");
+	req->value = ArgGetValue(fcinfo, value_argno);
 }
 
 /*
  * dlock_try_acquire - SQL function
- *	  dlock.try_acquire(name, ttl, owner, lock_delay, session_bound)
+ *	  dlock.try_acquire(name, ttl, owner, lock_delay, session_bound, value)
  *
  * Grants at once or returns NULL; never blocks.  While others wait in
  * dlock.acquire() the name is theirs first: only the same owner's live lease
@@ -356,7 +356,7 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 	GrantWait	wait;
 	GrantOutcome outcome;
 
-	GetGrantRequest(fcinfo, &req, 3, 4);
+	GetGrantRequest(fcinfo, &req, 3, 4, 5);
 	CheckLeasesWritable("dlock.try_acquire");
 
 	if (QueueJoin(&req.name, NoWait))
@@ -380,7 +380,7 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
  * and lock_timeout, which bounds the whole wait for the lease as it bounds
  * any lock wait
  */
-static WaitLimit
+WaitLimit
 AcquireLimit(int64 timeout_us)
 {
 	WaitLimit	limit = {true, DT_NOEND};
@@ -400,7 +400,7 @@ AcquireLimit(int64 timeout_us)
  * AcquireWaitBegins - an acquire() has to wait: count it once, and note
  * when its wait began in *wait_start (left 0 when statistics are off)
  */
-static inline void
+void
 AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start)
 {
 	if (dlock_stats_counting && *wait_start == 0)
@@ -413,7 +413,7 @@ AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start)
 /*
  * AcquireWaitEnded - an acquire() that waited got the lease or timed out
  */
-static inline void
+void
 AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start)
 {
 	if (dlock_stats_counting && wait_start != 0)
@@ -423,7 +423,7 @@ AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start)
 /*
  * AcquireTimedOut - raise 55P03 for a wait that ran out of time
  */
-static void
+void
 AcquireTimedOut(const LeaseName *name, GrantOutcome outcome,
 				TimestampTz wait_start)
 {
@@ -458,7 +458,7 @@ AcquireTimedOut(const LeaseName *name, GrantOutcome outcome,
  * AcquireErrorContext - error context of dlock.acquire()'s waits: the lock
  * manager's own messages name only the lock tag
  */
-static void
+void
 AcquireErrorContext(void *arg)
 {
 	const LeaseName *name = (const LeaseName *) arg;
@@ -468,7 +468,8 @@ AcquireErrorContext(void *arg)
 
 /*
  * dlock_acquire - SQL function
- *	  dlock.acquire(name, ttl, owner, timeout, lock_delay, session_bound)
+ *	  dlock.acquire(name, ttl, owner, timeout, lock_delay, session_bound,
+ *					value)
  *
  * Waits until granted, first in the name's queue (arrival order), then, as
  * its head, for the lease.  timeout NULL waits until cancelled (or until
@@ -486,7 +487,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	ErrorContextCallback waitcontext;
 	TimestampTz wait_start = 0;
 
-	GetGrantRequest(fcinfo, &req, 4, 5);
+	GetGrantRequest(fcinfo, &req, 4, 5, 6);
 	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
 	CheckLeasesWritable("dlock.acquire");
 
@@ -556,7 +557,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
  *
  * When it returns false the lock is already given back.
  */
-static bool
+bool
 FetchHeldLease(LeaseStore *store, const LeaseName *name, const char *owner,
 			   LeaseRow *row, TimestampTz *now)
 {
@@ -575,9 +576,10 @@ FetchHeldLease(LeaseStore *store, const LeaseName *name, const char *owner,
 }
 
 /*
- * dlock_renew - SQL function dlock.renew(name, owner, ttl)
+ * dlock_renew - SQL function dlock.renew(name, owner, ttl, value)
  *
- * Same token, expiry from now.  NULL when owner does not hold a live lease:
+ * Same token, expiry from now; the value, when one is given, replaces the
+ * published one.  NULL when owner does not hold a live lease:
  * an expired lease is not revived; the client must acquire a new token.
  */
 Datum
@@ -586,6 +588,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 	LeaseName	name;
 	char	   *owner;
 	int64		ttl_us;
+	char	   *value;
 	LeaseStore	store;
 	LeaseRow	row;
 	TimestampTz now;
@@ -593,11 +596,12 @@ dlock_renew(PG_FUNCTION_ARGS)
 	ArgGetName(fcinfo, 0, &name);
 	owner = ArgGetOwner(fcinfo, 1, false);
 	ttl_us = ArgGetTTL(fcinfo, 2);
+	value = ArgGetValue(fcinfo, 3);
 	CheckLeasesWritable("dlock.renew");
 
 	if (!FetchHeldLease(&store, &name, owner, &row, &now))
 		PG_RETURN_NULL();
-	ExtendLease(&store, &name, &row, ttl_us, now);
+	ExtendLease(&store, &name, &row, ttl_us, value, now);
 	LeaseStoreClose(&store);
 	PG_RETURN_DATUM(LeaseResult(fcinfo, &name, &row));
 }
@@ -606,7 +610,7 @@ dlock_renew(PG_FUNCTION_ARGS)
  * EndLease - mark a live lease ended; its token fails dlock.fence() from
  * the commit on, when the first waiter is woken
  */
-static void
+void
 EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 		 TimestampTz now, LeaseEndReason reason)
 {
@@ -615,6 +619,7 @@ EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 	row->end_reason = reason;
 	WriteChange(store, name, row);
 	WakeQueueHeadAtCommit(name);
+	WakeWatchersAtCommit(name);
 	if (row->session_bound)
 		SessionLeaseForgetAtCommit(row->token);
 }

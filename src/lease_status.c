@@ -278,7 +278,7 @@ LeaseStatusAt(const LeaseRow *row, TimestampTz now, bool holder_alive,
 }
 
 /* Columns of dlock.lease_states(), in the order of the view dlock.leases */
-#define LEASE_STATES_COLS	12
+#define LEASE_STATES_COLS	13
 
 PG_FUNCTION_INFO_V1(dlock_lease_states);
 
@@ -363,6 +363,8 @@ dlock_lease_states(PG_FUNCTION_ARGS)
 		values[10] = BoolGetDatum(row.session_bound);
 		values[11] = Int32GetDatum(row.holder_pid);
 		nulls[11] = row.holder_pid == 0;
+		values[12] = row.value ? CStringGetTextDatum(row.value) : (Datum) 0;
+		nulls[12] = row.value == NULL;
 
 		/* Copies the row into the tuplestore's own memory */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

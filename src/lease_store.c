@@ -91,7 +91,10 @@
 #define Anum_lease_lock_delay	9
 #define Anum_lease_session_bound 10
 #define Anum_lease_holder_pid	11
-#define Natts_lease				11
+#define Natts_lease_1_0			11
+/* Added by dlock--1.0--1.1.sql */
+#define Anum_lease_value		12
+#define Natts_lease				12
 
 /*
  * Prune a page when its free space falls below this: room for a few more
@@ -260,8 +263,9 @@ LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode)
 	store->heap = table_open(CachedDlockRelation(&lease_table_oid, LEASE_TABLE,
 												 InvalidOid),
 							 lockmode);
+	store->natts = RelationGetDescr(store->heap)->natts;
 	if (store->heap->rd_rel->relkind != RELKIND_RELATION ||
-		RelationGetDescr(store->heap)->natts != Natts_lease)
+		(store->natts != Natts_lease && store->natts != Natts_lease_1_0))
 		elog(ERROR, "relation \"%s.%s\" does not have the expected shape",
 			 DLOCK_SCHEMA, LEASE_TABLE);
 	store->index = index_open(CachedDlockRelation(&lease_index_oid, LEASE_INDEX,
@@ -310,6 +314,9 @@ DecodeRow(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
 	row->session_bound = DatumGetBool(values[Anum_lease_session_bound - 1]);
 	row->holder_pid = isnull[Anum_lease_holder_pid - 1] ? 0 :
 		DatumGetInt32(values[Anum_lease_holder_pid - 1]);
+	row->value = NULL;
+	if (store->natts >= Anum_lease_value && !isnull[Anum_lease_value - 1])
+		row->value = TextDatumGetCString(values[Anum_lease_value - 1]);
 }
 
 /*
@@ -495,6 +502,17 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	values[Anum_lease_session_bound - 1] = BoolGetDatum(row->session_bound);
 	values[Anum_lease_holder_pid - 1] = Int32GetDatum(row->holder_pid);
 	nulls[Anum_lease_holder_pid - 1] = !row->session_bound;
+	if (store->natts >= Anum_lease_value)
+	{
+		nulls[Anum_lease_value - 1] = (row->value == NULL);
+		values[Anum_lease_value - 1] = row->value == NULL ? (Datum) 0 :
+			CStringGetTextDatum(row->value);
+	}
+	else if (row->value != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("lease values need dlock version 1.1"),
+				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
 
 	tuple = heap_form_tuple(RelationGetDescr(store->heap), values, nulls);
 

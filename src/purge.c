@@ -110,7 +110,6 @@ PG_FUNCTION_INFO_V1(dlock_purge);
  */
 #define PURGE_BATCH		1000
 
-static const WaitLimit NoWait = {false, 0};
 
 /* Where the next call in this backend starts its scan (see the header) */
 static Oid	resume_relid = InvalidOid;

@@ -340,6 +340,7 @@ SessionLeaseExit(int code pg_attribute_unused(), Datum arg pg_attribute_unused()
 		LockRelease(&tag, ExclusiveLock, true);
 		LeaseNameInit(&name, entry->name, entry->name_len);
 		WakeQueueHead(&name);
+		WakeWatchers(&name);
 	}
 	hash_destroy(SessionLeases);
 	SessionLeases = NULL;

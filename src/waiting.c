@@ -28,6 +28,14 @@
  * PREPARE: the head then waits in the lock manager for the prepared
  * transaction's lock on the name (QueueWakesAtEOXact).
  *
+ * Sessions in dlock.watch() (watch.c) are found the same way: each holds
+ * DLOCK_WATCH_LOCKMODE on the name's tag in DLOCK_SPACE_WATCH while it
+ * watches, a mode in which watchers do not conflict with one another, and
+ * every transaction that grants or ends a lease of the name sets the
+ * latches of all of them once its commit is visible.  A grant or an end
+ * checks for watchers with one conditional lock request, so when nobody
+ * watches it queues nothing.
+ *
  * Invariants: I7 in docs/internals.md.
  *
  * Copyright (c) 2026, dlock developers
@@ -54,20 +62,36 @@
 /* A head re-reads the lease at least this often, as a safety net */
 #define HEAD_MAX_SLEEP_US	(1000 * 1000)
 
-/* Names whose queue heads this transaction wakes once it commits */
+/* Whom a pending wake-up is for */
+typedef enum WakeWhom
+{
+	WAKE_QUEUE_HEAD,			/* the head of the name's queue */
+	WAKE_WATCHERS				/* every session in dlock.watch() of the name */
+} WakeWhom;
+
+/* Names whose queue heads or watchers this transaction wakes at commit */
 typedef struct PendingWake
 {
-	PendingItem item;			/* the subtransaction that ended the lease */
+	PendingItem item;			/* the subtransaction that changed the lease */
+	WakeWhom	whom;
 	int			len;
 	char		data[FLEXIBLE_ARRAY_MEMBER];
 } PendingWake;
 
 static List *PendingWakes = NIL;	/* in TopTransactionContext */
 
+static void AddPendingWake(const LeaseName *name, WakeWhom whom);
+
 static void
 QueueLockTag(LOCKTAG *tag, const LeaseName *name)
 {
 	DlockLockTag(tag, DLOCK_SPACE_QUEUE, name->hash);
+}
+
+static void
+WatchLockTag(LOCKTAG *tag, const LeaseName *name)
+{
+	DlockLockTag(tag, DLOCK_SPACE_WATCH, name->hash);
 }
 
 /*
@@ -96,20 +120,17 @@ QueueLeave(const LeaseName *name)
 }
 
 /*
- * WakeQueueHead - set the latch of the session at the head of the name's
- * queue, if there is one
+ * WakeLockHolders - set the latches of the sessions that hold a lock on tag
  *
  * A stale entry can at worst wake an unrelated backend, which only costs it
  * a spurious latch wake-up.
  */
-void
-WakeQueueHead(const LeaseName *name)
+static void
+WakeLockHolders(const LOCKTAG *tag)
 {
-	LOCKTAG		tag;
 	VirtualTransactionId *holders;
 
-	QueueLockTag(&tag, name);
-	holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
+	holders = GetLockConflicts(tag, AccessExclusiveLock, NULL);
 	for (; VirtualTransactionIdIsValid(*holders); holders++)
 	{
 		PGPROC	   *proc = dlock_vxid_get_proc(*holders);
@@ -117,6 +138,44 @@ WakeQueueHead(const LeaseName *name)
 		if (proc != NULL)
 			SetLatch(&proc->procLatch);
 	}
+}
+
+/*
+ * WakeQueueHead - set the latch of the session at the head of the name's
+ * queue, if there is one
+ */
+void
+WakeQueueHead(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	QueueLockTag(&tag, name);
+	WakeLockHolders(&tag);
+}
+
+/*
+ * WakeWatchers - set the latches of every session in dlock.watch() of the
+ * name
+ */
+void
+WakeWatchers(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	WatchLockTag(&tag, name);
+	WakeLockHolders(&tag);
+}
+
+/*
+ * LockIsFree - whether nobody holds a lock on tag right now
+ */
+static bool
+LockIsFree(const LOCKTAG *tag, LOCKMODE mode)
+{
+	if (LockAcquire(tag, mode, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	LockRelease(tag, mode, false);
+	return true;
 }
 
 /*
@@ -129,10 +188,29 @@ QueueIsEmpty(const LeaseName *name)
 	LOCKTAG		tag;
 
 	QueueLockTag(&tag, name);
-	if (LockAcquire(&tag, DLOCK_QUEUE_LOCKMODE, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		return false;
-	LockRelease(&tag, DLOCK_QUEUE_LOCKMODE, false);
-	return true;
+	return LockIsFree(&tag, DLOCK_QUEUE_LOCKMODE);
+}
+
+/*
+ * WatchersJoin - this session watches the name until WatchersLeave, or the
+ * end of its transaction
+ */
+void
+WatchersJoin(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	WatchLockTag(&tag, name);
+	(void) LockAcquire(&tag, DLOCK_WATCH_LOCKMODE, false, false);
+}
+
+void
+WatchersLeave(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	WatchLockTag(&tag, name);
+	LockRelease(&tag, DLOCK_WATCH_LOCKMODE, false);
 }
 
 /*
@@ -146,15 +224,38 @@ QueueIsEmpty(const LeaseName *name)
 void
 WakeQueueHeadAtCommit(const LeaseName *name)
 {
+	if (!QueueIsEmpty(name))
+		AddPendingWake(name, WAKE_QUEUE_HEAD);
+}
+
+/*
+ * WakeWatchersAtCommit - wake every session in dlock.watch() of the name
+ * once this transaction has committed
+ *
+ * As for the queue head, a watcher that starts after this look reads the
+ * lease only once this transaction's commit is visible.
+ */
+void
+WakeWatchersAtCommit(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	WatchLockTag(&tag, name);
+	if (!LockIsFree(&tag, AccessExclusiveLock))
+		AddPendingWake(name, WAKE_WATCHERS);
+}
+
+static void
+AddPendingWake(const LeaseName *name, WakeWhom whom)
+{
 	MemoryContext old;
 	PendingWake *wake;
 
-	if (QueueIsEmpty(name))
-		return;
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	wake = palloc(offsetof(PendingWake, data) + name->len);
 
 	wake->item.subid = GetCurrentSubTransactionId();
+	wake->whom = whom;
 	wake->len = name->len;
 	memcpy(wake->data, name->data, name->len);
 	PendingWakes = lappend(PendingWakes, wake);
@@ -184,7 +285,10 @@ QueueWakesAtEOXact(XactEvent event)
 			LeaseName	name;
 
 			LeaseNameInit(&name, wake->data, wake->len);
-			WakeQueueHead(&name);
+			if (wake->whom == WAKE_QUEUE_HEAD)
+				WakeQueueHead(&name);
+			else
+				WakeWatchers(&name);
 		}
 	}
 	PendingWakes = NIL;
@@ -192,7 +296,7 @@ QueueWakesAtEOXact(XactEvent event)
 
 /*
  * QueueWakesAtSubAbort - a subtransaction rolled back (dispatcher, dlock.c):
- * the leases it ended are live again, so nobody is to be woken for them
+ * the leases it changed are as they were, so nobody is to be woken for them
  */
 void
 QueueWakesAtSubAbort(SubTransactionId mySubid)

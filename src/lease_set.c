@@ -1,0 +1,430 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_set.c
+ *	  Leases of several names at once, all or nothing: the SQL functions
+ *	  try_acquire_all, acquire_all and release_all.
+ *
+ * A set is granted in one step: every name is locked and read, and only
+ * when all of them are grantable are they all written, under one token
+ * taken once, so that one value fences every lease of the set.  Tokens come
+ * from the one counter of the database, so that token is larger than every
+ * earlier token of each name.  When any name is not grantable, every lock
+ * taken for the attempt is given back and nothing is written: no call ever
+ * holds a part of its set, whether it returns or fails.  (If the same owner
+ * already holds every name of the set live under one token, the set is
+ * extended instead, same token, as a single lease asked for again is.)
+ *
+ * Names are always taken in one canonical order, by lock tag and then by
+ * bytes (LeaseNameCompare), whatever order the caller gave them in.
+ * acquire_all() first joins each name's queue (waiting.c) in that order,
+ * waiting in the lock manager to become its head; once it is the head of
+ * every queue, it waits for the leases themselves, woken like any queue
+ * head by the release of any of them.  This is deadlock-free:
+ *
+ *	- Between sets: queue locks are requested in the canonical order, so no
+ *	  cycle of waits can form among them.
+ *	- With single acquires: a single acquire holds at most one queue lock
+ *	  and never waits for another while it holds it.
+ *	- Name locks are never waited for while other name locks are held: an
+ *	  attempt takes them without waiting, and when one is busy it gives all
+ *	  of them back and then waits for that one alone.
+ *
+ * It is also starvation-free: once a set heads every queue, later arrivals
+ * for its names queue behind it, and it waits only for the leases present
+ * then to be released or to expire.  The price is FIFO per name: while a
+ * set waits for one name, the others' queues wait behind it.
+ *
+ * Invariants: I13 in docs/internals.md.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/lease_set.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "dlock.h"
+#include "dlock_compat.h"
+
+PG_FUNCTION_INFO_V1(dlock_try_acquire_all);
+PG_FUNCTION_INFO_V1(dlock_acquire_all);
+PG_FUNCTION_INFO_V1(dlock_release_all);
+
+/* A request for a set, as parsed from the arguments */
+typedef struct SetRequest
+{
+	LeaseName  *names;			/* distinct, in the canonical order */
+	int			count;
+	char	   *owner;
+	int64		ttl_us;
+	int64		lock_delay_us;
+	LeaseRow   *rows;			/* each name's row, once granted */
+} SetRequest;
+
+/* Why an attempt did not grant the set */
+typedef struct SetWait
+{
+	TimestampTz until;			/* GRANT_HELD/DELAYED: no earlier change
+								 * without a release */
+	int			busy;			/* GRANT_BUSY: the name whose lock was busy */
+	LOCKMODE	busy_mode;		/* ... and in which mode */
+	int			blocker;		/* GRANT_HELD/DELAYED: a name not grantable */
+} SetWait;
+
+static void
+GetSetRequest(FunctionCallInfo fcinfo, SetRequest *req)
+{
+	req->count = ArgGetNames(fcinfo, 0, &req->names);
+	req->ttl_us = ArgGetTTL(fcinfo, 1);
+	req->owner = ArgGetOwner(fcinfo, 2, true);
+	req->lock_delay_us = ArgGetLockDelay(fcinfo, -1);
+	req->rows = palloc0(sizeof(LeaseRow) * req->count);
+}
+
+static void
+ReleaseNameLocks(const SetRequest *req, int count, LOCKMODE mode)
+{
+	for (int i = 0; i < count; i++)
+		NameLockRelease(&req->names[i], mode);
+}
+
+/*
+ * SetAttempt - one attempt to grant (or extend) the whole set, without
+ * waiting for any lock; GRANT_DONE when done, else nothing has changed and
+ * no name lock is held.  With extend_only, only the same owner's live set
+ * is extended (others wait for the names).
+ */
+static GrantOutcome
+SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
+{
+	LeaseStore	store;
+	TimestampTz now;
+	bool		all_mine = true;
+	bool		blocked = false;
+	int64		token;
+
+	for (int i = 0; i < req->count; i++)
+	{
+		if (!NameLockAcquire(&req->names[i], DLOCK_CHANGE_LOCKMODE, NoWait))
+		{
+			ReleaseNameLocks(req, i, DLOCK_CHANGE_LOCKMODE);
+			wait->busy = i;
+			wait->busy_mode = DLOCK_CHANGE_LOCKMODE;
+			return GRANT_BUSY;
+		}
+	}
+
+	LeaseStoreOpen(&store, RowExclusiveLock);
+	now = GetCurrentTimestamp();
+	wait->until = 0;
+	for (int i = 0; i < req->count; i++)
+	{
+		LeaseRow   *row = &req->rows[i];
+		TimestampTz until = DT_NOEND;
+		LeaseStatus status;
+
+		LeaseStoreFetch(&store, &req->names[i], row);
+		status = LeaseStatusNow(row, now, &until);
+		if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
+		{
+			/* The owner's own lease: extended, or taken into the set */
+			if (row->token != req->rows[0].token)
+				all_mine = false;
+			continue;
+		}
+		all_mine = false;
+		if (status != LEASE_FREE)
+		{
+			blocked = true;
+			wait->blocker = i;
+			wait->until = Max(wait->until, until);
+		}
+	}
+
+	if (all_mine)
+	{
+		for (int i = 0; i < req->count; i++)
+			ExtendLease(&store, &req->names[i], &req->rows[i], req->ttl_us,
+						NULL, now);
+		LeaseStoreClose(&store);
+		return GRANT_DONE;
+	}
+	if (blocked || extend_only)
+	{
+		ReleaseNameLocks(req, req->count, DLOCK_CHANGE_LOCKMODE);
+		LeaseStoreClose(&store);
+		return blocked ? GRANT_HELD : GRANT_QUEUED;
+	}
+
+	/* All grantable, once the transactions fenced under old tokens end */
+	for (int i = 0; i < req->count; i++)
+	{
+		if (!NameLockAcquire(&req->names[i], DLOCK_GRANT_LOCKMODE, NoWait))
+		{
+			ReleaseNameLocks(req, i, DLOCK_GRANT_LOCKMODE);
+			ReleaseNameLocks(req, req->count, DLOCK_CHANGE_LOCKMODE);
+			LeaseStoreClose(&store);
+			wait->busy = i;
+			wait->busy_mode = DLOCK_GRANT_LOCKMODE;
+			return GRANT_BUSY;
+		}
+	}
+
+	token = LeaseStoreNextToken();
+	for (int i = 0; i < req->count; i++)
+	{
+		GrantRequest grant;
+
+		grant.name = req->names[i];
+		grant.owner = req->owner;
+		grant.ttl_us = req->ttl_us;
+		grant.lock_delay_us = req->lock_delay_us;
+		grant.session_bound = false;
+		grant.value = NULL;
+		GrantLeaseWithToken(&store, &grant, &req->rows[i], token);
+	}
+	LeaseStoreClose(&store);
+	return GRANT_DONE;
+}
+
+/*
+ * ReturnSet - the rows of the set, as the function's result
+ */
+static void
+ReturnSet(FunctionCallInfo fcinfo, const SetRequest *req)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	for (int i = 0; i < req->count; i++)
+		tuplestore_puttuple(rsinfo->setResult,
+							LeaseResultTuple(rsinfo->setDesc, &req->names[i],
+											 &req->rows[i]));
+}
+
+/*
+ * JoinQueues - become the head of the queue of each name, in the canonical
+ * order, within limit; the number of queues joined (all of them: success)
+ */
+static int
+JoinQueues(const SetRequest *req, WaitLimit limit)
+{
+	for (int i = 0; i < req->count; i++)
+	{
+		if (!QueueJoin(&req->names[i], limit))
+			return i;
+	}
+	return req->count;
+}
+
+static void
+LeaveQueues(const SetRequest *req, int count)
+{
+	for (int i = 0; i < count; i++)
+		QueueLeave(&req->names[i]);
+}
+
+/*
+ * dlock_try_acquire_all - SQL function
+ *	  dlock.try_acquire_all(names, ttl, owner)
+ *
+ * Every name at once, one row each, or no rows and nothing changed; never
+ * blocks.  While others wait for one of the names, only the same owner's
+ * live set is extended.
+ */
+Datum
+dlock_try_acquire_all(PG_FUNCTION_ARGS)
+{
+	SetRequest	req;
+	SetWait		wait;
+	GrantOutcome outcome;
+	int			joined;
+
+	GetSetRequest(fcinfo, &req);
+	CheckLeasesWritable("dlock.try_acquire_all");
+	dlock_init_materialized_srf(fcinfo);
+
+	joined = JoinQueues(&req, NoWait);
+	outcome = SetAttempt(&req, joined < req.count, &wait);
+	LeaveQueues(&req, joined);
+
+	if (outcome == GRANT_DONE)
+		ReturnSet(fcinfo, &req);
+	else
+		DlockStatsCount(&req.names[0], DLOCK_STAT_REFUSAL);
+	return (Datum) 0;
+}
+
+/* Error context of acquire_all()'s waits */
+static void
+SetErrorContext(void *arg)
+{
+	const SetRequest *req = (const SetRequest *) arg;
+
+	errcontext("waiting for the set of %d leases \"%.*s\"%s",
+			   req->count, req->names[0].len, req->names[0].data,
+			   req->count > 1 ? ", ..." : "");
+}
+
+/*
+ * SetTimedOut - raise 55P03: the set was not granted in time, and the
+ * caller holds none of it
+ */
+static void
+SetTimedOut(const SetRequest *req, GrantOutcome outcome, const SetWait *wait,
+			int joined)
+{
+	const LeaseName *name;
+	const char *why;
+
+	if (joined < req->count)
+	{
+		name = &req->names[joined];
+		why = "other sessions are waiting for it ahead of this one";
+	}
+	else if (outcome == GRANT_BUSY)
+	{
+		name = &req->names[wait->busy];
+		why = "it is being changed, or a transaction still has writes fenced under its previous grant";
+	}
+	else
+	{
+		name = &req->names[wait->blocker];
+		why = "another owner holds it, or it is in its lock-delay";
+	}
+	DlockStatsCount(name, DLOCK_STAT_TIMEOUT);
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not acquire all %d leases within the timeout",
+					req->count),
+			 errdetail("Lease \"%.*s\" was not available: %s. None of the leases was granted.",
+					   name->len, name->data, why)));
+}
+
+/*
+ * dlock_acquire_all - SQL function
+ *	  dlock.acquire_all(names, ttl, owner, timeout)
+ *
+ * Waits until every name is granted: first in each name's queue, in the
+ * canonical order, then, as the head of all of them, for the leases.  The
+ * timeout is that of dlock.acquire(); when it passes, 55P03, holding none.
+ */
+Datum
+dlock_acquire_all(PG_FUNCTION_ARGS)
+{
+	SetRequest	req;
+	SetWait		wait;
+	WaitLimit	limit;
+	GrantOutcome outcome;
+	ErrorContextCallback waitcontext;
+	int			joined;
+
+	GetSetRequest(fcinfo, &req);
+	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
+	CheckLeasesWritable("dlock.acquire_all");
+	dlock_init_materialized_srf(fcinfo);
+
+	waitcontext.callback = SetErrorContext;
+	waitcontext.arg = &req;
+	waitcontext.previous = error_context_stack;
+	error_context_stack = &waitcontext;
+
+	joined = JoinQueues(&req, NoWait);
+	if (joined < req.count)
+	{
+		/* Others wait: the owner's own live set is answered at once */
+		if (SetAttempt(&req, true, &wait) == GRANT_DONE)
+		{
+			LeaveQueues(&req, joined);
+			error_context_stack = waitcontext.previous;
+			ReturnSet(fcinfo, &req);
+			return (Datum) 0;
+		}
+		DlockStatsCount(&req.names[joined], DLOCK_STAT_WAIT);
+		for (; joined < req.count; joined++)
+		{
+			if (!QueueJoin(&req.names[joined], limit))
+				break;
+		}
+		if (joined < req.count)
+		{
+			error_context_stack = waitcontext.previous;
+			SetTimedOut(&req, GRANT_QUEUED, &wait, joined);
+		}
+	}
+
+	for (;;)
+	{
+		/* A wake-up sent after this point interrupts the sleep below */
+		ResetLatch(MyLatch);
+
+		outcome = SetAttempt(&req, false, &wait);
+		if (outcome == GRANT_DONE)
+		{
+			LeaveQueues(&req, joined);
+			error_context_stack = waitcontext.previous;
+			ReturnSet(fcinfo, &req);
+			return (Datum) 0;
+		}
+		if (!limit.wait ||
+			(limit.deadline != DT_NOEND && GetCurrentTimestamp() >= limit.deadline))
+			break;
+
+		if (outcome == GRANT_BUSY)
+		{
+			/* Wait for that one lock alone, holding no other name lock */
+			if (!NameLockAcquire(&req.names[wait.busy], wait.busy_mode, limit))
+				break;
+			NameLockRelease(&req.names[wait.busy], wait.busy_mode);
+		}
+		else
+			SleepUntil(wait.until, limit);
+	}
+
+	error_context_stack = waitcontext.previous;
+	SetTimedOut(&req, outcome, &wait, joined);
+	return (Datum) 0;			/* keep compiler quiet */
+}
+
+/*
+ * dlock_release_all - SQL function dlock.release_all(names, owner)
+ *
+ * Releases each of the names that owner holds live; returns how many.
+ */
+Datum
+dlock_release_all(PG_FUNCTION_ARGS)
+{
+	LeaseName  *names;
+	int			count;
+	char	   *owner;
+	int			released = 0;
+
+	count = ArgGetNames(fcinfo, 0, &names);
+	owner = ArgGetOwner(fcinfo, 1, false);
+	CheckLeasesWritable("dlock.release_all");
+
+	ReleaseCallBegin();
+	for (int i = 0; i < count; i++)
+	{
+		LeaseStore	store;
+		LeaseRow	row;
+		TimestampTz now;
+
+		if (!FetchHeldLease(&store, &names[i], owner, &row, &now))
+			continue;
+		EndLease(&store, &names[i], &row, now, LEASE_END_RELEASED);
+		DlockStatsCount(&names[i], DLOCK_STAT_RELEASE);
+		LeaseStoreClose(&store);
+		released++;
+	}
+	ReleaseCallEnd(released > 0);
+	PG_RETURN_INT32(released);
+}
