@@ -68,6 +68,29 @@ $standby->psql('postgres', q{SELECT dlock.acquire('job', '1h', 'x')},
 	stdout => \$stdout, stderr => \$stderr);
 like($stderr, qr/cannot change leases during recovery/, 'the standby refuses grants');
 
+# A set granted on the primary is on the standby whole, under one token
+my $set = $primary->safe_psql('postgres',
+	q{SELECT count(*) || ' ' || min(token) || ' ' || max(token)
+	    FROM dlock.acquire_all(ARRAY['acct:77', 'acct:78'], '1h', 'mover')});
+my ($set_count, $set_token, $set_max) = split / /, $set;
+is("$set_count $set_max", "2 $set_token", 'a set of two names is granted under one token');
+is($standby->safe_psql('postgres', qq{SELECT count(*) FROM dlock.leases
+	WHERE name IN ('acct:77', 'acct:78') AND token = $set_token AND state = 'live'}),
+	'2', 'the acknowledged set is on the synchronous standby, whole');
+
+# dlock.watch() works on the standby: it reads the replayed lease (polling,
+# since no commit there wakes it) and sees a release made on the primary
+my $standby_watch = $standby->background_psql('postgres');
+$standby_watch->query_until(qr/watching/, qq{\\echo watching
+SELECT 'watched-' || coalesce(dlock.watch('acct:77', $set_token, '30s')::text, 'none');
+});
+$primary->safe_psql('postgres', q{SELECT dlock.release_all(ARRAY['acct:77'], 'mover')});
+like($standby_watch->query_until(qr/watched-/, ''), qr/watched-none/,
+	'a watch on the standby returns once the release is replayed');
+$standby_watch->quit;
+is($standby->safe_psql('postgres', q{SELECT dlock.watch('acct:78', NULL, '0')}), $set_token,
+	'and reports the live token of the rest of the set');
+
 my $max_before = $primary->safe_psql('postgres', 'SELECT max(token) FROM dlock.lease_state');
 $primary->stop('immediate');
 $standby->promote;
@@ -83,6 +106,11 @@ cmp_ok($standby->safe_psql('postgres', q{SELECT token FROM dlock.acquire('job-ne
 	'>', $max_before, 'the first grant on the new primary is larger than every token before');
 is($standby->safe_psql('postgres', "SELECT dlock.fence('job', $token)"), 't',
 	'the holder\'s token still passes the fence on the new primary');
+is($standby->safe_psql('postgres', qq{SELECT dlock.fence('acct:78', $set_token)}), 't',
+	'the set\'s token still passes the fence on the new primary');
+cmp_ok($standby->safe_psql('postgres',
+	q{SELECT min(token) FROM dlock.try_acquire_all(ARRAY['acct:77', 'acct:79'], '1h', 'next')}),
+	'>', $max_before, 'a set granted on the new primary has a token larger than every one before');
 $standby->stop;
 
 note 'asynchronous replication: what a failover can lose';

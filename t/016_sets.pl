@@ -1,0 +1,141 @@
+# Sets and watching under load and across a crash.
+#
+# A churn of overlapping sets and single leases (test/set_churn.c: sixteen
+# workers, acquire_all, try_acquire_all, acquire and try_acquire over twelve
+# names, random timeouts and cancels): every call holds all of its names or
+# none, one holder per name at a time under the fence, tokens growing per
+# name, no deadlock and no other error; afterwards nothing is left in
+# pg_locks.  Then a crash: a set granted after it gets a token larger than
+# every acknowledged one.  Then watchers: twenty of them are woken by one
+# commit, before the one-second safety-net read could have found it, and
+# the exit of a session-bound holder wakes a watcher too.
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = PostgreSQL::Test::Cluster->new('sets');
+$node->init;
+$node->append_conf('postgresql.conf', "max_connections = 60\n");
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION dlock;
+	CREATE TABLE churn (name text PRIMARY KEY, inside int NOT NULL DEFAULT 0,
+	                    last_token bigint NOT NULL DEFAULT 0);
+	INSERT INTO churn (name) SELECT 'n' || i FROM generate_series(1, 12) i;
+});
+
+my $dlock_locks = q{SELECT count(*) FROM pg_locks
+	WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17487};
+
+#
+# The churn
+#
+my $churn = PostgreSQL::Test::Utils::tempdir() . "/set_churn";
+my $includedir = $node->config_data('--includedir');
+my $libdir = $node->config_data('--libdir');
+system($ENV{CC} // 'cc', '-std=c99', '-O2', '-Wall', '-Wextra', '-Werror',
+	"-I$includedir", '-o', $churn, "$ENV{TESTDIR}/test/set_churn.c",
+	"-L$libdir", '-lpq') == 0
+  or BAIL_OUT('could not compile test/set_churn.c');
+
+my ($out, $err) = ('', '');
+{
+	local $ENV{PGHOST} = $node->host;
+	local $ENV{PGPORT} = $node->port;
+	local $ENV{PGDATABASE} = 'postgres';
+	IPC::Run::run([ $churn, 16, 10, 12, 1 ], '>', \$out, '2>', \$err);
+}
+is($?, 0, 'churn: every call held all of its names or none, one holder per name, tokens growing')
+  or diag($err);
+my ($sets, $singles, $timeouts, $cancels) = (0, 0, 0, 0);
+for (split /\n/, $out)
+{
+	next unless /(\d+) sets, (\d+) singles granted; \d+ refused, (\d+) timed out, (\d+) cancels/;
+	($sets, $singles, $timeouts, $cancels) =
+	  ($sets + $1, $singles + $2, $timeouts + $3, $cancels + $4);
+}
+note "churn: $sets sets and $singles single leases granted, $timeouts timeouts, $cancels cancels sent";
+ok($sets > 0 && $singles > 0 && $timeouts > 0 && $cancels > 0,
+	'the churn granted sets and single leases, and had timeouts and cancels');
+is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left in pg_locks');
+is($node->safe_psql('postgres', 'SELECT sum(inside) FROM churn'), '0', 'nobody is left inside');
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM dlock.leases WHERE owner LIKE 'churn-%' AND state = 'live'}),
+	'0', 'every lease of the churn was released');
+my $log = slurp_file($node->logfile);
+unlike($log, qr/deadlock detected/, 'no deadlock was detected');
+
+#
+# A crash: the next set's token is larger than every acknowledged one
+#
+my $max_acked = $node->safe_psql('postgres', 'SELECT max(last_token) FROM churn');
+$node->stop('immediate');
+$node->start;
+my $after = $node->safe_psql('postgres',
+	q{SELECT min(token) || ' ' || count(DISTINCT token)
+	    FROM dlock.try_acquire_all(ARRAY['n1', 'n2', 'n3'], '1min', 'after-crash')});
+my ($after_token, $after_tokens) = split / /, $after;
+is($after_tokens, '1', 'after the crash a set is granted under one token');
+cmp_ok($after_token, '>', $max_acked,
+	"which is larger than every token acknowledged before the crash ($max_acked)");
+
+#
+# Watchers are woken by the commit
+#
+my @watchers;
+for my $i (1 .. 20)
+{
+	my $w = $node->background_psql('postgres');
+	$w->query_until(qr/watching/, q{\echo watching
+SELECT 'woken-' || dlock.watch('leader', NULL, '30s');
+});
+	push @watchers, $w;
+}
+$node->poll_query_until('postgres', q{SELECT count(*) = 20 FROM pg_locks
+	WHERE locktype = 'advisory' AND objsubid = 17487})
+  or die 'watchers did not start';
+# let them settle into their sleep, so that only a wake-up ends it early
+sleep 0.3;
+my $start = time;
+my $token = $node->safe_psql('postgres', q{SELECT token FROM dlock.acquire('leader', '1min', 'n1', value => 'n1:5432')});
+my $all = 1;
+for my $w (@watchers)
+{
+	$all = 0 unless $w->query_until(qr/woken-\d+/, '') =~ /woken-$token/;
+}
+my $elapsed = time - $start;
+ok($all, 'all 20 watchers report the committed token');
+note sprintf('the last watcher returned %.0f ms after the grant', $elapsed * 1000);
+cmp_ok($elapsed, '<', 0.8, 'woken by the commit, not by the one-second safety-net read');
+$_->quit for @watchers;
+is($node->safe_psql('postgres', $dlock_locks), '0', 'the watchers left nothing in pg_locks');
+
+# The exit of a session-bound holder wakes a watcher at once
+my $holder = $node->background_psql('postgres');
+my $held = $holder->query_safe(
+	q{SELECT token FROM dlock.try_acquire('sb', '1h', 'h', session_bound => true)});
+my $pid = $holder->query_safe('SELECT pg_backend_pid()');
+my $watcher = $node->background_psql('postgres');
+$watcher->query_until(qr/watching/, qq{\\echo watching
+SELECT 'woken-' || coalesce(dlock.watch('sb', $held, '30s')::text, 'none');
+});
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_locks
+	WHERE locktype = 'advisory' AND objsubid = 17487})
+  or die 'watcher did not start';
+sleep 0.3;
+$start = time;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid, 10000)");
+like($watcher->query_until(qr/woken-/, ''), qr/woken-none/,
+	'the exit of a session-bound holder ends the watch: no lease is live');
+$elapsed = time - $start;
+cmp_ok($elapsed, '<', 0.8, 'at once, not at the safety-net read');
+$watcher->quit;
+eval { $holder->quit };
+
+$node->stop;
+done_testing();
