@@ -367,6 +367,49 @@ $node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
 is($rc, 0, 'force-release exits 0');
 is(state_of('manual'), 'force_released', 'and ended the lease');
 
+note 'run --value publishes a value; watch follows the live lease';
+{
+	my ($wout, $werr) = ('', '');
+	my $watch = IPC::Run::start([ $dlock, 'watch', 'leader' ], '>', \$wout, '2>', \$werr);
+	my $wjson_out = '';
+	my $wjson = IPC::Run::start([ $dlock, 'watch', 'leader', '--json' ], '>', \$wjson_out);
+	$node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 17487})
+	  or die 'watch did not start';
+	($rc, $out) = run_dlock('run', 'leader', '--owner', 'node-1', '--value', '10.0.0.1:5432',
+		'--', 'sh', '-c', q{psql -XAtc "SELECT value FROM dlock.leases WHERE name = 'leader'"; sleep 0.3});
+	is($rc, 0, 'run --value exits with the child\'s status');
+	is($out, "10.0.0.1:5432\n", 'the child sees the published value in dlock.leases');
+	$node->safe_psql('postgres', q{SELECT dlock.acquire('leader', '300ms', 'node-2')});
+	ok(poll_until(q{SELECT state <> 'live' FROM dlock.leases WHERE name = 'leader'}, 5),
+		'the last lease expired');
+	sleep 0.2;
+	$watch->signal('INT');
+	$watch->finish;
+	is($? >> 8, 0, 'watch exits 0 on SIGINT');
+	my @lines = split /\n/, $wout;
+	is(scalar(@lines), 5, 'watch printed one line per change: none, run, none, node-2, none')
+	  or diag $wout;
+	like($lines[0], qr/no live lease$/, 'first the state it found: none live');
+	like($lines[1], qr/token \d+  owner node-1  value 10\.0\.0\.1:5432  expires /,
+		'then the run\'s lease with its owner and value');
+	like($lines[2], qr/no live lease$/, 'then its release');
+	like($lines[3], qr/owner node-2  value -/, 'then the next holder');
+	like($lines[4], qr/no live lease$/, 'then its expiry');
+	$wjson->signal('TERM');
+	$wjson->finish;
+	like((split /\n/, $wjson_out)[1],
+		qr/^\{"observed_at": "[^"]+", "token": \d+, "owner": "node-1", "value": "10\.0\.0\.1:5432", "expires_at": "[^"]+"\}$/,
+		'watch --json prints one JSON object per change');
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity
+		WHERE query LIKE '%dlock.watch(%' AND pid <> pg_backend_pid() AND state = 'active'}),
+		'0', 'an interrupted watch leaves no query running on the server');
+	($rc, $out, $err) = run_dlock('watch', 'leader', 'extra');
+	is($rc, 64, 'watch with an extra argument is a usage error');
+	($rc, $out, $err) = run_dlock('watch');
+	is($rc, 64, 'watch without a NAME is a usage error');
+}
+
 SKIP:
 {
 	my ($valgrind) = grep { -x } map { "$_/valgrind" } split /:/, $ENV{PATH};

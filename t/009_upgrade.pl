@@ -142,6 +142,24 @@ for my $i (1 .. $#versions)
 	cmp_ok($next, '>', $last_token, "to $v: next token larger than every earlier one");
 	$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
 
+	if ($v eq '1.1')
+	{
+		is($node->safe_psql($db, q{SELECT count(*) FROM dlock.leases WHERE value IS NOT NULL}),
+			'0', "to $v: the leases from before have no value");
+		my ($count, $tokens, $set_token) = split / /, $node->safe_psql($db,
+			q{SELECT count(*) || ' ' || count(DISTINCT token) || ' ' || min(token)
+			    FROM dlock.try_acquire_all(ARRAY['set:1', 'set:2'], '1h', 'w-set')});
+		is("$count $tokens", '2 1', "to $v: a set is granted under one token");
+		cmp_ok($set_token, '>', $last_token, "to $v: larger than every earlier token");
+		is($node->safe_psql($db, q{SELECT dlock.watch('live', NULL, '0') = token
+				FROM dlock.leases WHERE name = 'live'}),
+			't', "to $v: watch sees a lease granted before the update");
+		is($node->safe_psql($db, q{SELECT dlock.renew('live', 'w-live', '1h', 'v1') IS NOT NULL;
+				SELECT value FROM dlock.leases WHERE name = 'live'}),
+			"t\nv1", "to $v: a lease granted before the update publishes a value");
+		$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
+	}
+
 	# The next step starts from what is now there, with a new open fence
 	$rows_before = $node->safe_psql($db, $rows_sql);
 	$view_before = $node->safe_psql($db, $view_sql);
