@@ -25,6 +25,11 @@
 #                         grant then commits with synchronous_commit off)
 #     Redis + PostgreSQL  SET NX PX, UPDATE, compare-and-delete
 #                         (redis_pg_guarded.c), AOF appendfsync always
+#   sets of 2 and of 8 consecutive names out of 10,000 with 8 clients:
+#     durable floor       two one-row UPDATE transactions per cycle
+#     dlock               acquire_all + release_all; N acquires in ascending
+#                         order in one transaction and N releases in one; N
+#                         acquires and N releases, each its own transaction
 #   an UPDATE of 100,000 rows with and without a fence in its WHERE clause,
 #   and the guard's own cost per row (a count(*) with and without it)
 #   dlock's cycle rate with 1,000 versus 1,000,000 names in lease_state
@@ -43,7 +48,7 @@
 # a minute to show that the benchmark works; its figures mean nothing.
 # SECONDS_PER_RUN, REPS, FENCE_REPS, SCALE_REPS, SCALE_WARMUP_SECONDS, POLL_MS
 # and CHURN_SECONDS override the defaults; BENCH_SECTIONS picks some of the
-# parts: cycles guarded fence churn scale (churn's table counts what ran
+# parts: cycles guarded sets fence churn scale (churn's table counts what ran
 # before it).
 
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
@@ -234,7 +239,7 @@ median() {
 }
 
 # section NAME: whether BENCH_SECTIONS (default: all) names this part
-section() { [[ " ${BENCH_SECTIONS:-cycles guarded fence churn scale} " == *" $1 "* ]]; }
+section() { [[ " ${BENCH_SECTIONS:-cycles guarded sets fence churn scale} " == *" $1 "* ]]; }
 
 # start_tsv: (once a run) a new cycle-rate.tsv and compare-info.tsv in OUT,
 # for the first section that writes rows
@@ -411,7 +416,83 @@ if section guarded; then
     echo "transactions; the UPDATE is fenced (dlock.fence, or the PL/pgSQL lease's token in its WHERE"
     echo "clause) but for Redis, which has no token PostgreSQL could check."
 fi
-if section cycles || section guarded; then
+
+# --- sets ----------------------------------------------------------------------
+
+# set_scripts N: pgbench scripts for a set of N consecutive names out of
+# NAMES, in ascending order: acquire_all + release_all (two transactions);
+# N acquires in one transaction + N releases in one; N acquires and N
+# releases, each its own transaction
+set_scripts() {
+    local n=$1 i range
+    range="ARRAY(SELECT 'k' || i FROM generate_series(:k, :k + $((n - 1))) i)"
+    {
+        echo "-- dlock.acquire_all of $n names, then release_all: two transactions"
+        echo "\\set k random(1, :names - $((n - 1)))"
+        echo "SELECT count(*) FROM dlock.acquire_all($range, '10 s', 'client-' || :client_id);"
+        echo "SELECT dlock.release_all($range, 'client-' || :client_id);"
+    } >"$WORK/sql/set_all_$n.sql"
+    {
+        echo "-- $n dlock.acquire calls in ascending order in one transaction, then the releases in one"
+        echo "\\set k random(1, :names - $((n - 1)))"
+        echo "BEGIN;"
+        for ((i = 0; i < n; i++)); do
+            echo "SELECT token FROM dlock.acquire('k' || (:k + $i), '10 s', 'client-' || :client_id);"
+        done
+        echo "COMMIT;"
+        echo "BEGIN;"
+        for ((i = 0; i < n; i++)); do
+            echo "SELECT dlock.release('k' || (:k + $i), 'client-' || :client_id);"
+        done
+        echo "COMMIT;"
+    } >"$WORK/sql/set_singles_tx_$n.sql"
+    {
+        echo "-- $n dlock.acquire calls in ascending order, then the releases, each its own transaction"
+        echo "\\set k random(1, :names - $((n - 1)))"
+        for ((i = 0; i < n; i++)); do
+            echo "SELECT token FROM dlock.acquire('k' || (:k + $i), '10 s', 'client-' || :client_id);"
+        done
+        for ((i = 0; i < n; i++)); do
+            echo "SELECT dlock.release('k' || (:k + $i), 'client-' || :client_id);"
+        done
+    } >"$WORK/sql/set_singles_$n.sql"
+    [ "$(id -un)" = "$RUN_USER" ] || chown "$RUN_USER": "$WORK"/sql/set_*.sql
+}
+
+# sets_table N: lock cycles of sets of N names, 8 clients, synchronous_commit on
+sets_table() {
+    local n=$1 what
+    what="sets of $n consecutive names out of $(thousands "$NAMES"), 8 clients"
+    say "$what"
+    set_scripts "$n"
+    LABELS=("durable floor: 2 x one-row UPDATE"
+            "acquire_all + release_all (2 transactions)"
+            "$n x acquire, sorted, in 1 transaction + $n releases in 1"
+            "$n x acquire, sorted + $n x release ($((2 * n)) transactions)")
+    CMDS=("pg_run floor.sql 8 on $NAMES 0"
+          "pg_run set_all_$n.sql 8 on $NAMES 0"
+          "pg_run set_singles_tx_$n.sql 8 on $NAMES 0"
+          "pg_run set_singles_$n.sql 8 on $NAMES 0")
+    KEYS=(floor acquire_all singles_tx singles)
+    alternate
+    echo
+    echo "### $what, synchronous_commit=on (ops/s: whole sets acquired and released)"
+    echo
+    # not in cycle-rate.tsv: its chart compares lock methods on single names
+    TSV_ROW= print_table
+}
+
+if section sets; then
+    start_tsv
+    for n in 2 8; do
+        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$n" != 2 ] && continue
+        sets_table "$n"
+    done
+    echo
+    echo "Sets: every method holds all N names at once before it releases any; acquire_all takes"
+    echo "them in one call and one transaction, under one token."
+fi
+if section cycles || section guarded || section sets; then
     echo
     BENCH_OUT=$OUT bash "$SRC_DIR/bench/charts.sh" cycles
 fi

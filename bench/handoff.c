@@ -13,12 +13,20 @@
  *		expires.  A sample is the new grant time minus the old expiry, both
  *		on the server's clock.
  *
+ *	  handoff watch CONNINFO WATCHERS CYCLES
+ *		WATCHERS sessions wait in dlock.watch() on one name; another
+ *		session grants the name, then releases it, in turn.  A sample is
+ *		the time from that change's reply to a watcher's reply.  Prints a
+ *		second line with the same figures for the last watcher of each
+ *		change to reply.
+ *
  *	Prints "median_ms p99_ms max_ms samples" on one line.  With
  *	HANDOFF_SAMPLES=FILE in the environment, also writes every sample to
  *	FILE, in milliseconds, one a line, in the order they were taken.
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +278,127 @@ bench_expiry(const char *conninfo, int cycles, int ttl_ms)
 	return 0;
 }
 
+#undef NAME
+#define NAME "bench:watch"
+
+/* send_watch - watch the name, given what it is now (token or "" if none) */
+static void
+send_watch(PGconn *conn, const char *token)
+{
+	const char *params[1] = {token[0] ? token : NULL};
+
+	if (!PQsendQueryParams(conn,
+						   "SELECT dlock.watch('" NAME "', $1::bigint, '1min')",
+						   1, NULL, params, NULL, NULL, 0))
+		die("send watch", conn);
+}
+
+/* wait_watching - until n sessions sleep in dlock.watch() */
+static void
+wait_watching(PGconn *monitor, int n)
+{
+	char		sql[512];
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) >= %d FROM pg_stat_activity "
+			 "WHERE query LIKE '%%dlock.watch(''" NAME "''%%' AND state = 'active' "
+			 "AND wait_event = 'Extension'", n);
+	for (;;)
+	{
+		if (strcmp(exec_one(monitor, sql), "t") == 0)
+			return;
+		struct timespec ts = {0, 200000};
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int
+bench_watch(const char *conninfo, int watchers, int cycles)
+{
+	PGconn	   *changer = connect_or_die(conninfo);
+	PGconn	   *monitor = connect_or_die(conninfo);
+	PGconn	  **conns = calloc(watchers, sizeof(PGconn *));
+	struct pollfd *fds = calloc(watchers, sizeof(struct pollfd));
+	bool	   *woken = calloc(watchers, sizeof(bool));
+	double	   *samples = calloc((size_t) cycles * watchers, sizeof(double));
+	double	   *last = calloc(cycles, sizeof(double));
+	char		token[64] = "";
+	int			nsamples = 0;
+
+	exec_one(changer, "SELECT dlock.force_release('" NAME "')");
+	for (int i = 0; i < watchers; i++)
+	{
+		conns[i] = connect_or_die(conninfo);
+		send_watch(conns[i], token);
+	}
+
+	for (int c = 0; c < cycles; c++)
+	{
+		double		changed;
+		int			left = watchers;
+
+		wait_watching(monitor, watchers);
+		if (token[0] == '\0')
+			snprintf(token, sizeof(token), "%s",
+					 exec_one(changer, "SELECT token FROM dlock.try_acquire('" NAME "', '1min', 'changer')"));
+		else
+		{
+			exec_one(changer, "SELECT dlock.release('" NAME "', 'changer')");
+			token[0] = '\0';
+		}
+		changed = now_ms();
+
+		memset(woken, 0, sizeof(bool) * watchers);
+		while (left > 0)
+		{
+			for (int i = 0; i < watchers; i++)
+			{
+				fds[i].fd = PQsocket(conns[i]);
+				fds[i].events = woken[i] ? 0 : POLLIN;
+			}
+			if (poll(fds, watchers, 10000) <= 0 && errno != EINTR)
+				die("poll: a watcher was not woken within 10 s", NULL);
+			for (int i = 0; i < watchers; i++)
+			{
+				if (woken[i] || !(fds[i].revents & POLLIN))
+					continue;
+				if (!PQconsumeInput(conns[i]))
+					die("consume", conns[i]);
+				if (PQisBusy(conns[i]))
+					continue;
+				woken[i] = true;
+				left--;
+				samples[nsamples++] = last[c] = now_ms() - changed;
+				finish_query(conns[i]);
+			}
+		}
+		for (int i = 0; i < watchers; i++)
+			send_watch(conns[i], token);
+	}
+	report(samples, nsamples);
+	qsort(last, cycles, sizeof(double), cmp_double);
+	printf("%.3f %.3f %.3f %d\n",
+		   last[cycles / 2], last[(int) (cycles * 0.99)], last[cycles - 1], cycles);
+
+	for (int i = 0; i < watchers; i++)
+	{
+		PGcancel   *cancel = PQgetCancel(conns[i]);
+		char		errbuf[256];
+		PGresult   *res;
+
+		PQcancel(cancel, errbuf, sizeof(errbuf));
+		PQfreeCancel(cancel);
+		while ((res = PQgetResult(conns[i])) != NULL)
+			PQclear(res);
+		PQfinish(conns[i]);
+	}
+	exec_one(changer, "SELECT dlock.force_release('" NAME "')");
+	PQfinish(changer);
+	PQfinish(monitor);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -277,8 +406,11 @@ main(int argc, char **argv)
 		return bench_release(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (argc == 5 && strcmp(argv[1], "expiry") == 0)
 		return bench_expiry(argv[2], atoi(argv[3]), atoi(argv[4]));
+	if (argc == 5 && strcmp(argv[1], "watch") == 0)
+		return bench_watch(argv[2], atoi(argv[3]), atoi(argv[4]));
 	fprintf(stderr,
 			"usage: handoff release CONNINFO WAITERS CYCLES\n"
-			"       handoff expiry CONNINFO CYCLES TTL_MS\n");
+			"       handoff expiry CONNINFO CYCLES TTL_MS\n"
+			"       handoff watch CONNINFO WATCHERS CYCLES\n");
 	return 64;
 }

@@ -3,6 +3,9 @@
 #
 #   release-to-grant latency with 1 and 16 waiters on one name
 #   expiry-to-grant latency (nobody releases)
+#   change-to-watcher latency: how soon dlock.watch() returns after the
+#   commit of a grant or a release, with 1 and 100 watchers on one name (and
+#   for 100, when the last of them returns)
 #   cycle rate (acquire + release) of one hot name with 8 and 32 clients
 #
 # BENCH_QUICK=1 runs a few seconds in all, to check that the benchmark works
@@ -16,16 +19,17 @@
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
-    CYCLES=20 EXPIRY_CYCLES=5 SECONDS_PER_RUN=1
+    CYCLES=20 EXPIRY_CYCLES=5 WATCH_CYCLES=10 SECONDS_PER_RUN=1
 else
-    CYCLES=${CYCLES:-500} EXPIRY_CYCLES=${EXPIRY_CYCLES:-100} SECONDS_PER_RUN=${SECONDS_PER_RUN:-15}
+    CYCLES=${CYCLES:-500} EXPIRY_CYCLES=${EXPIRY_CYCLES:-100} WATCH_CYCLES=${WATCH_CYCLES:-200}
+    SECONDS_PER_RUN=${SECONDS_PER_RUN:-15}
 fi
 
 DEBIAN_PACKAGES+=(gnuplot-nox)    # the charts (bench/charts.sh)
 ensure_packages
 build_and_install
 
-start_cluster 54330 max_connections=100
+start_cluster 54330 max_connections=120
 BIN=$WORK/bin
 mkdir -p "$BIN"
 cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" -o "$BIN/handoff" \
@@ -61,6 +65,15 @@ read -r med p99 max n < <(run env HANDOFF_SAMPLES="$BIN/samples" "$BIN/handoff" 
 printf '%-44s %12s %12s %12s %8s\n' "expiry-to-grant (server clock), 1 waiter" "$med" "$p99" "$max" "$n"
 printf '%s\t%s\t%s\t%s\t%s\n' "expiry-to-grant (server clock), 1 waiter" "$med" "$p99" "$max" "$n" >>"$OUT/waiting.tsv"
 handoff_samples expiry 1
+for watchers in 1 100; do
+    { read -r med p99 max n; read -r lmed lp99 lmax ln; } < <(run "$BIN/handoff" watch "$CONN" "$watchers" "$WATCH_CYCLES")
+    printf '%-44s %12s %12s %12s %8s\n' "change-to-watcher, $watchers watcher(s)" "$med" "$p99" "$max" "$n"
+    printf '%s\t%s\t%s\t%s\t%s\n' "change-to-watcher, $watchers watcher(s)" "$med" "$p99" "$max" "$n" >>"$OUT/waiting.tsv"
+    if [ "$watchers" -gt 1 ]; then
+        printf '%-44s %12s %12s %12s %8s\n' "change-to-last-watcher, $watchers watchers" "$lmed" "$lp99" "$lmax" "$ln"
+        printf '%s\t%s\t%s\t%s\t%s\n' "change-to-last-watcher, $watchers watchers" "$lmed" "$lp99" "$lmax" "$ln" >>"$OUT/waiting.tsv"
+    fi
+done
 
 printf '\n%-44s %12s %12s\n' "workload" "cycles/s" "mean ms"
 for clients in 8 32; do
