@@ -67,9 +67,13 @@ uninstall-cli:
 .PHONY: install-cli uninstall-cli
 
 # Whole suite on a throwaway cluster; installs what is missing (see README)
-.PHONY: test demo bench
+.PHONY: test test-ha demo bench
 test:
 	bash scripts/test.sh
+
+# dlock under a real HA manager (pg_auto_failover): switchover and crash
+test-ha:
+	bash test/ha/run.sh
 
 # The double-debit story on a throwaway cluster
 demo:

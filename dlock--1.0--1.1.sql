@@ -390,7 +390,8 @@ SELECT l.pid,
        %s AS waitstart
   FROM pg_catalog.pg_locks l
  CROSS JOIN LATERAL (
-       SELECT CASE l.objsubid WHEN 17484 THEN 'name' WHEN 17485 THEN 'queue' ELSE 'session' END AS kind,
+       SELECT CASE l.objsubid WHEN 17484 THEN 'name' WHEN 17485 THEN 'queue'
+                              WHEN 17487 THEN 'watch' ELSE 'session' END AS kind,
               (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
                 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8 AS key) k
   LEFT JOIN (SELECT s.name, dlock.name_key(s.name) AS key FROM dlock.lease_state s) n
@@ -398,7 +399,7 @@ SELECT l.pid,
   LEFT JOIN dlock.lease_state t
          ON k.kind OPERATOR(pg_catalog.=) 'session' AND t.token OPERATOR(pg_catalog.=) k.key
  WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
-   AND l.objsubid OPERATOR(pg_catalog.=) ANY ('{17484,17485,17486}'::pg_catalog.int2[])
+   AND l.objsubid OPERATOR(pg_catalog.=) ANY ('{17484,17485,17486,17487}'::pg_catalog.int2[])
    AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
 $view$,
@@ -407,7 +408,7 @@ $view$,
 END
 $locks$;
 COMMENT ON VIEW dlock.locks IS
-  'dlock''s locks in pg_locks for this database. kind: name (a name''s state: AccessShareLock for a true fence, ShareUpdateExclusiveLock for a change, AccessExclusiveLock for a grant), queue (ExclusiveLock: the head of the name''s queue of waiters) or session (ExclusiveLock of a session-bound holder, key token). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
+  'dlock''s locks in pg_locks for this database. kind: name (a name''s state: AccessShareLock for a true fence, ShareUpdateExclusiveLock for a change, AccessExclusiveLock for a grant), queue (ExclusiveLock: the head of the name''s queue of waiters), session (ExclusiveLock of a session-bound holder, key token) or watch (AccessShareLock of a session in dlock.watch()). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
 GRANT SELECT ON dlock.locks TO PUBLIC;
 
 --

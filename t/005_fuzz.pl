@@ -74,7 +74,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
          (SELECT coalesce(string_agg(k, ' ' ORDER BY k), '')
             FROM (SELECT l.objsubid || '/' || l.classid || '/' || l.objid || '/' || l.mode AS k
                     FROM pg_locks l
-                   WHERE l.locktype = 'advisory' AND l.objsubid BETWEEN 17484 AND 17486
+                   WHERE l.locktype = 'advisory' AND l.objsubid BETWEEN 17484 AND 17487
                      AND l.pid = pg_backend_pid() AND l.granted) k)
     FROM dlock.token_seq q
 \$\$;

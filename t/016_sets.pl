@@ -96,9 +96,9 @@ SELECT 'woken-' || dlock.watch('leader', NULL, '30s');
 });
 	push @watchers, $w;
 }
-$node->poll_query_until('postgres', q{SELECT count(*) = 20 FROM pg_locks
-	WHERE locktype = 'advisory' AND objsubid = 17487})
-  or die 'watchers did not start';
+$node->poll_query_until('postgres', q{SELECT count(*) = 20 FROM dlock.locks
+	WHERE kind = 'watch' AND mode = 'AccessShareLock' AND granted})
+  or die 'watchers did not start (dlock.locks shows each as kind watch)';
 # let them settle into their sleep, so that only a wake-up ends it early
 sleep 0.3;
 my $start = time;
