@@ -27,7 +27,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $bindir = $ENV{PG_BINDIR} or die 'PG_BINDIR is not set';
-my $autoctl = "$bindir/pg_autoctl";
+my $autoctl = $ENV{PG_AUTOCTL} // 'pg_autoctl';
 my $dlock = $ENV{DLOCK_CLI} or die 'DLOCK_CLI is not set';
 my $workload = $ENV{HA_WORKLOAD} or die 'HA_WORKLOAD is not set';
 my $base = tempdir('dlock-ha-XXXXXX', TMPDIR => 1, CLEANUP => 1);
@@ -123,15 +123,15 @@ poll_until('the monitor answers', 60, sub { (psql($monitor, 'SELECT 1'))[1] eq '
 
 # Quicker failure detection than the defaults (5 s checks, 20 s before a
 # node counts as unhealthy), so that the crash test fits in CI
-psql("host=127.0.0.1 port=$pm dbname=pg_auto_failover user=" . getpwuid($<), q{
-	ALTER SYSTEM SET pgautofailover.health_check_period = 1000;
-	ALTER SYSTEM SET pgautofailover.health_check_timeout = 1000;
-	ALTER SYSTEM SET pgautofailover.health_check_max_retries = 1;
-	ALTER SYSTEM SET pgautofailover.health_check_retry_delay = 500;
-	ALTER SYSTEM SET pgautofailover.node_considered_unhealthy_timeout = 4000;
-	ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 10000;
-	SELECT pg_reload_conf();
-});
+my $monitor_admin = "host=127.0.0.1 port=$pm dbname=pg_auto_failover user=" . getpwuid($<);
+for my $setting ('health_check_period = 1000', 'health_check_timeout = 1000',
+	'health_check_max_retries = 1', 'health_check_retry_delay = 500',
+	'node_considered_unhealthy_timeout = 4000', 'primary_demote_timeout = 10000')
+{
+	my ($ok, $out, $err) = psql($monitor_admin, "ALTER SYSTEM SET pgautofailover.$setting");
+	die "ALTER SYSTEM SET pgautofailover.$setting: $err" unless $ok;
+}
+psql($monitor_admin, 'SELECT pg_reload_conf()');
 
 my %port;
 for my $node (qw(node1 node2))
@@ -150,7 +150,7 @@ for my $node (qw(node1 node2))
 
 sub states
 {
-	return psql($monitor, q{SELECT string_agg(nodename || ':' || reportedstate || '/' || goalstate, ' '
+	return scalar psql($monitor, q{SELECT string_agg(nodename || ':' || reportedstate || '/' || goalstate, ' '
 		ORDER BY nodename) FROM pgautofailover.node});
 }
 sub primary
@@ -173,7 +173,8 @@ my $p = primary();
 like(psql(node_conninfo($p), 'SHOW synchronous_standby_names'), qr/pgautofailover_standby_/,
 	'the primary keeps its standby synchronous');
 psql($app, q{CREATE EXTENSION dlock;
-	CREATE TABLE ha_writes (worker int, seq bigint, name text, token bigint, PRIMARY KEY (worker, seq));
+	CREATE TABLE ha_writes (run text, worker int, seq bigint, name text, token bigint,
+	                        PRIMARY KEY (run, worker, seq));
 	CREATE TABLE ha_child (n int PRIMARY KEY, token bigint)});
 
 # Long-lived leases, acknowledged before anything happens
@@ -189,15 +190,16 @@ for my $i (1 .. 3)
 # the same URI, retrying on errors; it logs each acknowledged write
 my $child_log = "$base/child.log";
 my $child = q{i=0; while [ $i -lt 100000 ]; do i=$((i+1)); }
-  . q{r=$(psql -X -At -d "$APP" -c "INSERT INTO ha_child SELECT $i, $DLOCK_TOKEN WHERE dlock.fence('$DLOCK_NAME', $DLOCK_TOKEN) RETURNING n" 2>/dev/null) && [ "$r" = "$i" ] && echo "$i" >> } . $child_log . q{; sleep 0.1; done};
-my ($run_out, $run_err) = ('', '');
+  . q{r=$(psql -X -q -At -d "$APP" -c "INSERT INTO ha_child SELECT $i, $DLOCK_TOKEN WHERE dlock.fence('$DLOCK_NAME', $DLOCK_TOKEN) RETURNING n" 2>/dev/null) && [ "$r" = "$i" ] && echo "$i" >> } . $child_log . q{; sleep 0.1; done};
 my $run = do
 {
 	local $ENV{APP} = $app;
 	IPC::Run::start([ $dlock, 'run', 'ha:job', '-d', $app, '--ttl', '30s', '--wait', '10s',
-		'--kill-after', '2s', '-v', '--', 'sh', '-c', $child ], '>', \$run_out, '2>', \$run_err);
+		'--kill-after', '2s', '-v', '--', 'sh', '-c', $child ],
+		'>', "$base/logs/run.out", '2>', "$base/logs/run.err");
 };
-poll_until('dlock run starts its child', 30, sub { -s $child_log });
+eval { poll_until('dlock run starts its child', 30, sub { -s $child_log }); 1 }
+  or BAIL_OUT("dlock run did not start its child: $@\n" . `cat $base/logs/run.err`);
 
 # failover_round - run the workload across a failover done by $act, then check
 sub failover_round
@@ -205,7 +207,7 @@ sub failover_round
 	my ($label, $act) = @_;
 	my $acked_before = psql($app, 'SELECT last_value FROM dlock.token_seq');
 	my ($wout, $werr) = ('', '');
-	my $w = IPC::Run::start([ $workload, $app, 8, 45, 20 ], '>', \$wout, '2>', \$werr);
+	my $w = IPC::Run::start([ $workload, $app, $label, 8, 40, 20 ], '>', \$wout, '2>', \$werr);
 	sleep 5;
 	my $old = primary();
 	my $t0 = time;
@@ -214,28 +216,30 @@ sub failover_round
 	my $new = primary();
 	my $first_after = psql(node_conninfo($new), 'SELECT last_value FROM dlock.token_seq');
 	note sprintf('%s: %s -> %s, new primary after %.1f s; states %s', $label, $old, $new,
-		time - $t0, states());
+		time() - $t0, states());
 	$w->finish;
 	is($?, 0, "$label: the workload ran through (it reconnects on errors)") or diag $werr;
 
-	my (%grant, @writes, $max_token, $gap);
+	my (@writes, @times, $max_token, $gap);
 	$max_token = 0;
-	$gap = 0;
 	for (split /\n/, $wout)
 	{
 		if (/^grant (\S+) (\S+) (\d+)$/) { $max_token = $3 if $3 > $max_token; }
-		elsif (/^write (\d+) (\d+) (\d+)$/) { push @writes, "$1|$2|$3"; }
-		elsif (/^gap (\d+)$/) { $gap = $1 if $1 > $gap; }
+		elsif (/^write (\S+) (\d+) (\d+) (\d+) ([\d.]+)$/) { push @writes, "$1|$2|$3|$4"; push @times, $5; }
 	}
-	note sprintf('%s: %d acknowledged fenced writes, largest acknowledged token %d, longest gap of a worker %d ms',
+	# Unavailability: the longest time without any acknowledged fenced write
+	@times = sort { $a <=> $b } @times;
+	$gap = 0;
+	for my $i (1 .. $#times) { $gap = $times[$i] - $times[$i - 1] if $times[$i] - $times[$i - 1] > $gap; }
+	note sprintf('%s: %d acknowledged fenced writes, largest acknowledged token %d, longest time without an acknowledged write %.1f s',
 		$label, scalar(@writes), $max_token, $gap);
 	ok(@writes > 50, "$label: the workload wrote acknowledged fenced rows");
-	ok((grep { (split /\|/)[2] > $first_after } @writes) > 0,
+	ok((grep { (split /\|/)[3] > $first_after } @writes) > 0,
 		"$label: also under tokens granted by the new primary");
 
 	# Every acknowledged write is on the new primary
 	my %present = map { $_ => 1 } split /\n/,
-	  psql(node_conninfo($new), 'SELECT worker || \'|\' || seq || \'|\' || token FROM ha_writes');
+	  psql(node_conninfo($new), "SELECT concat_ws('|', run, worker, seq, token) FROM ha_writes");
 	my @missing = grep { !$present{$_} } @writes;
 	is(scalar(@missing), 0, "$label: no acknowledged fenced write is missing on the new primary")
 	  or diag "missing: @missing[0 .. ($#missing < 9 ? $#missing : 9)]";

@@ -6,7 +6,7 @@
  * target_session_attrs=read-write, so that a reconnect finds the primary),
  * and loop until SECONDS have passed:
  *
- *	1. dlock.acquire() a random name of NAMES, ttl 20 s, owner "w<worker>";
+ *	1. dlock.acquire() a random name of NAMES, ttl 5 s, owner "w<worker>";
  *	2. INSERT one row into ha_writes WHERE dlock.fence(name, token);
  *	3. dlock.release().
  *
@@ -15,15 +15,14 @@
  * Each worker prints a line for everything the server acknowledged:
  *
  *	grant NAME OWNER TOKEN		acquire returned TOKEN
- *	write WORKER SEQ TOKEN		the fenced INSERT of row (WORKER, SEQ) committed
- *	gap MS						the longest time the worker went without an
- *								acknowledged operation
+ *	write RUN WORKER SEQ TOKEN T	the fenced INSERT of row (RUN, WORKER, SEQ)
+ *								committed, at T (seconds since the epoch)
  *
  * so that the test can check on the new primary that every acknowledged
  * write is there and that later tokens are larger.  A write whose commit
  * reply was lost is not acknowledged, whatever became of it.
  *
- * Usage: ha_workload CONNINFO WORKERS SECONDS NAMES
+ * Usage: ha_workload CONNINFO RUN WORKERS SECONDS NAMES
  */
 #define _DEFAULT_SOURCE
 
@@ -61,6 +60,7 @@ exec_or_drop(PGconn **conn, const char *sql, int nparams, const char *const *par
 }
 
 static const char *conninfo;
+static const char *run_label;
 
 static int
 run_worker(int worker, double deadline, int nnames)
@@ -68,8 +68,6 @@ run_worker(int worker, double deadline, int nnames)
 	PGconn	   *conn = NULL;
 	char		owner[32];
 	long		seq = 0;
-	double		last_ok = now_s();
-	double		gap = 0;
 
 	snprintf(owner, sizeof(owner), "w%d", worker);
 	srandom(worker * 7919 + 1);
@@ -95,7 +93,7 @@ run_worker(int worker, double deadline, int nnames)
 
 		snprintf(name, sizeof(name), "ha:%ld", 1 + random() % nnames);
 		res = exec_or_drop(&conn,
-						   "SELECT token FROM dlock.acquire($1, '20s', $2, timeout => '5s')",
+						   "SELECT token FROM dlock.acquire($1, '5s', $2, timeout => '5s')",
 						   2, (const char *const[]) {name, owner});
 		if (res == NULL)
 			continue;
@@ -107,13 +105,13 @@ run_worker(int worker, double deadline, int nnames)
 		snprintf(seqtext, sizeof(seqtext), "%ld", seq);
 		snprintf(workertext, sizeof(workertext), "%d", worker);
 		res = exec_or_drop(&conn,
-						   "INSERT INTO ha_writes (worker, seq, name, token)"
-						   " SELECT $1, $2, $3, $4 WHERE dlock.fence($3, $4)",
-						   4, (const char *const[]) {workertext, seqtext, name, token});
+						   "INSERT INTO ha_writes (run, worker, seq, name, token)"
+						   " SELECT $1, $2, $3, $4, $5 WHERE dlock.fence($4, $5)",
+						   5, (const char *const[]) {run_label, workertext, seqtext, name, token});
 		if (res == NULL)
 			continue;
 		if (strcmp(PQcmdTuples(res), "1") == 0)
-			printf("write %d %ld %s\n", worker, seq, token);
+			printf("write %s %d %ld %s %.3f\n", run_label, worker, seq, token, now_s());
 		PQclear(res);
 
 		res = exec_or_drop(&conn, "SELECT dlock.release($1, $2)", 2,
@@ -121,13 +119,7 @@ run_worker(int worker, double deadline, int nnames)
 		if (res == NULL)
 			continue;
 		PQclear(res);
-
-		if (now_s() - last_ok > gap)
-			gap = now_s() - last_ok;
-		last_ok = now_s();
-		fflush(stdout);
 	}
-	printf("gap %.0f\n", gap * 1000);
 	fflush(stdout);
 	PQfinish(conn);
 	return 0;
@@ -140,21 +132,22 @@ main(int argc, char **argv)
 	double		deadline;
 	int			status = 0;
 
-	if (argc != 5)
+	if (argc != 6)
 	{
-		fprintf(stderr, "usage: %s CONNINFO WORKERS SECONDS NAMES\n", argv[0]);
+		fprintf(stderr, "usage: %s CONNINFO RUN WORKERS SECONDS NAMES\n", argv[0]);
 		return 2;
 	}
 	conninfo = argv[1];
-	workers = atoi(argv[2]);
-	deadline = now_s() + atof(argv[3]);
+	run_label = argv[2];
+	workers = atoi(argv[3]);
+	deadline = now_s() + atof(argv[4]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (int w = 0; w < workers; w++)
 	{
 		pid_t		pid = fork();
 
 		if (pid == 0)
-			_exit(run_worker(w, deadline, atoi(argv[4])));
+			_exit(run_worker(w, deadline, atoi(argv[5])));
 		if (pid < 0)
 			return 2;
 	}

@@ -23,7 +23,7 @@ cp "$SRC_DIR/test/ha/auto_failover.pl" "$SRC_DIR/cli/dlock" "$WORK/"
 say "pg_auto_failover: monitor and two nodes, switchover, crash of the primary"
 set +e
 (cd "$WORK" && as_run_user env TMPDIR="$WORK" PG_BINDIR="$PG_BINDIR" \
-    DLOCK_CLI="$WORK/dlock" HA_WORKLOAD="$WORK/ha_workload" \
+    PG_AUTOCTL="$(command -v pg_autoctl)" DLOCK_CLI="$WORK/dlock" HA_WORKLOAD="$WORK/ha_workload" \
     prove -v "$WORK/auto_failover.pl") 2>&1 | tee "$WORK/ha.log"
 rc=${PIPESTATUS[0]}
 set -e
