@@ -161,6 +161,8 @@ sub primary
 }
 poll_until('a primary and a secondary', 180, sub { states() eq 'node1:primary/primary node2:secondary/secondary' });
 note 'formation: ' . states();
+note 'number_sync_standbys: ' . psql($monitor, q{SELECT number_sync_standbys FROM pgautofailover.formation WHERE formationid = 'default'})
+  . '; replication quorum: ' . psql($monitor, q{SELECT string_agg(nodename || '=' || replicationquorum, ' ' ORDER BY nodename) FROM pgautofailover.node});
 
 my $uri = autoctl('show', 'uri', '--formation', 'default', '--monitor', $monitor_uri);
 chomp $uri;
