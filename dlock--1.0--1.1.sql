@@ -468,7 +468,8 @@ ALTER FUNCTION dlock.lease_states() RESET search_path;
 ALTER FUNCTION dlock.purge(pg_catalog.interval) RESET search_path;
 
 --
--- try_acquire, acquire and renew take the value to publish.  A parameter
+-- try_acquire, acquire and renew take the value to publish (and try_acquire
+-- the queue flag of polling clients, see src/places.c).  A parameter
 -- cannot be added to an existing function, and an overload with one more
 -- defaulted parameter would make every call that omits it ambiguous, so
 -- they are dropped and made again, with the same C entry points (which
@@ -479,12 +480,13 @@ DROP FUNCTION dlock.try_acquire(text, pg_catalog.interval, text, pg_catalog.inte
 CREATE FUNCTION dlock.try_acquire(name text, ttl interval, owner text DEFAULT NULL,
                                   lock_delay interval DEFAULT NULL,
                                   session_bound boolean DEFAULT false,
-                                  value text DEFAULT NULL)
+                                  value text DEFAULT NULL,
+                                  queue boolean DEFAULT false)
 RETURNS dlock.lease
 AS 'MODULE_PATHNAME', 'dlock_try_acquire'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION dlock.try_acquire(text, interval, text, interval, boolean, text) IS
-  'Grants a lease of name for ttl at once, or returns NULL when another owner holds it, it is being changed, it is in its lock-delay, or others wait for it; never blocks. NULL owner: the server generates one. lock_delay NULL: dlock.default_lock_delay. value: published in dlock.leases (the same owner asking again keeps the old one when NULL).';
+COMMENT ON FUNCTION dlock.try_acquire(text, interval, text, interval, boolean, text, boolean) IS
+  'Grants a lease of name for ttl at once, or returns NULL when another owner holds it, it is being changed, it is in its lock-delay, or others wait for it; never blocks. NULL owner: the server generates one. lock_delay NULL: dlock.default_lock_delay. value: published in dlock.leases (the same owner asking again keeps the old one when NULL). queue: a refused caller keeps its place in the name''s queue for ttl, and is granted in arrival order when it calls again (needs dlock in shared_preload_libraries).';
 
 DROP FUNCTION dlock.acquire(text, pg_catalog.interval, text, pg_catalog.interval,
                             pg_catalog.interval, boolean);

@@ -102,6 +102,8 @@ usage(FILE *out)
 			"      --session-bound           the lease also ends with this connection\n"
 			"      --value=TEXT              publish TEXT as the lease's value (a leader's\n"
 			"                                address), shown in dlock.leases\n"
+			"      --poll=DURATION           wait by polling every DURATION, keeping a place\n"
+			"                                in the queue (behind a transaction pooler)\n"
 			"      --conflict-exit-code=N    exit code when the lease is busy (default 75)\n"
 			"      --kill-after=DURATION     SIGTERM-to-SIGKILL grace (default 10s)\n"
 			"\n"
@@ -243,7 +245,7 @@ cmd_release(const char *dbname, const char *name, const char *owner, bool force)
 enum
 {
 	OPT_TTL = 256, OPT_WAIT, OPT_OWNER, OPT_LOCK_DELAY, OPT_SESSION_BOUND,
-	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON, OPT_VALUE
+	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON, OPT_VALUE, OPT_POLL
 };
 
 int
@@ -263,6 +265,7 @@ main(int argc, char **argv)
 		{"kill-after", required_argument, NULL, OPT_KILL_AFTER},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"value", required_argument, NULL, OPT_VALUE},
+		{"poll", required_argument, NULL, OPT_POLL},
 		{NULL, 0, NULL, 0}
 	};
 	RunOptions	run = {
@@ -346,6 +349,9 @@ main(int argc, char **argv)
 				break;
 			case OPT_VALUE:
 				run.value = optarg;
+				break;
+			case OPT_POLL:
+				run.poll = optarg;
 				break;
 			default:
 				fprintf(stderr, "Try \"%s --help\" for more information.\n", progname);

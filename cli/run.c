@@ -717,6 +717,82 @@ took_lease(PGresult *res, double sent_at, const RunOptions *opts, Lease *lease)
 }
 
 /*
+ * acquire_by_polling - take the lease with try_acquire(..., queue => true)
+ * every poll_s until wait_deadline, holding no server connection between
+ * polls (behind a transaction pooler); the place in the queue is given up
+ * when the wait ends without the lease.  Returns as acquire() does.
+ */
+static int
+acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
+				   double wait_deadline, double poll_s)
+{
+	for (;;)
+	{
+		const char *params[7] = {
+			opts->name, opts->ttl, lease->owner, opts->lock_delay,
+			opts->session_bound ? "true" : "false", opts->value, NULL
+		};
+		double		sent_at;
+		PGresult   *res;
+		QueryOutcome outcome;
+
+		if (pending_signal != 0)
+		{
+			release(conn, opts, lease);		/* gives up the place */
+			return stopped(opts);
+		}
+		if (*conn == NULL)
+		{
+			*conn = connect_until(opts->dbname, wait_deadline);
+			if (pending_signal != 0)
+				return stopped(opts);
+			if (*conn == NULL)
+			{
+				complain("could not reach the database before --wait ran out: %s", connect_error);
+				return EXIT_UNAVAILABLE;
+			}
+		}
+		sent_at = now_s();
+		outcome = query_until(*conn,
+							  "SELECT owner, token, expires_at,"
+							  "       extract(epoch FROM expires_at - clock_timestamp())"
+							  "  FROM dlock.try_acquire($1, $2::interval, $3, $4::interval,"
+							  "                         $5::boolean, $6, queue => true)"
+							  " WHERE token IS NOT NULL",
+							  6, params, now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, &res);
+		if (outcome == QUERY_DONE && db_result_ok(res) && PQntuples(res) == 1)
+		{
+			took_lease(res, sent_at, opts, lease);
+			PQclear(res);
+			return EXIT_OK;
+		}
+		if (outcome == QUERY_DONE && !db_result_ok(res) && !connection_lost(*conn, res))
+		{
+			const char *state = db_sqlstate(res);
+
+			complain("could not acquire lease \"%s\": %s", opts->name, PQresultErrorMessage(res));
+			PQclear(res);
+			return strncmp(state, "22", 2) == 0 ? EXIT_USAGE : EXIT_SOFTWARE;
+		}
+		PQclear(res);
+		if (outcome != QUERY_DONE || PQstatus(*conn) != CONNECTION_OK)
+		{
+			PQfinish(*conn);
+			*conn = NULL;
+		}
+		if (now_s() + poll_s > wait_deadline)
+		{
+			info("lease \"%s\" is busy", opts->name);
+			release(conn, opts, lease);		/* gives up the place */
+			return opts->conflict_exit_code;
+		}
+		info("lease \"%s\" is busy; polling again in %.3f s", opts->name, poll_s);
+		if (!sleep_until(now_s() + poll_s))
+			continue;			/* a signal: handled at the top */
+	}
+}
+
+/*
  * acquire - take the lease, waiting until wait_deadline (INFINITY: no limit)
  * and reconnecting meanwhile as needed.  Returns 0 with the lease held, or
  * the exit code of a run that ends without it.  *conn is NULL or connected.
@@ -958,7 +1034,11 @@ run_command(const RunOptions *opts)
 	}
 
 	lease.owner = opts->owner != NULL ? strdup(opts->owner) : random_owner();
-	code = acquire(&conn, opts, &lease, wait_deadline);
+	if (opts->poll != NULL)
+		code = acquire_by_polling(&conn, opts, &lease, wait_deadline,
+								  check_duration(conn, "--poll", opts->poll, true));
+	else
+		code = acquire(&conn, opts, &lease, wait_deadline);
 	if (code != EXIT_OK)
 	{
 		PQfinish(conn);

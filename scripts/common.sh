@@ -10,10 +10,11 @@ PG_MAJOR=${PG_MAJOR:-15}
 PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=${PG_CONFIG:-$PG_BINDIR/pg_config}
 # The server, its headers, and what the tests start for real: pg_cron (purge
-# recipe), the Prometheus exporter (queries file), libfaketime (clock steps)
+# recipe), the Prometheus exporter (queries file), pgbouncer (polling behind
+# a transaction pooler), libfaketime (clock steps)
 DEBIAN_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
                  libipc-run-perl libfaketime "postgresql-$PG_MAJOR-cron"
-                 prometheus-postgres-exporter)
+                 prometheus-postgres-exporter pgbouncer)
 
 SRC_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -42,6 +43,14 @@ ensure_packages() {
         if [ "$had_cluster" = no ] &&
             as_root pg_ctlcluster "$PG_MAJOR" main status >/dev/null 2>&1; then
             as_root pg_ctlcluster "$PG_MAJOR" main stop || true
+        fi
+        # So may pgbouncer's package start a system-wide pgbouncer: the tests
+        # start their own, so stop one that this install started
+        local pidfile=/var/run/postgresql/pgbouncer.pid
+        if [[ " ${missing[*]} " == *" pgbouncer "* ]] && [ -s "$pidfile" ] &&
+            as_root kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+            as_root service pgbouncer stop >/dev/null 2>&1 ||
+                as_root kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
         fi
     fi
 }

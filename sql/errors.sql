@@ -94,6 +94,9 @@ SELECT call, pg_temp.outcome(call) FROM (VALUES
   ($$dlock.try_acquire('n', '1s', value => repeat('v', 1025))$$),
   ($$dlock.acquire('n', '1s', value => repeat('é', 513))$$),
   ($$dlock.renew('err:held', 'holder', '1s', repeat('v', 1025))$$),
+  -- queue: NULL 22004; without dlock in shared_preload_libraries 55000
+  ($$dlock.try_acquire('n', '1s', queue => NULL)$$),
+  ($$dlock.try_acquire('n', '1s', queue => true)$$),
   -- watch: NULL or bad name 22004/22023, bad timeout 22023
   ($$dlock.watch(NULL, 1)$$),
   ($$dlock.watch('', 1)$$),
@@ -118,6 +121,13 @@ SELECT dlock.acquire('n', NULL);
 SELECT dlock.try_acquire_all(ARRAY(SELECT 'n' || i FROM generate_series(1, 65) i), '1s');
 SELECT dlock.try_acquire_all(ARRAY['a', NULL, 'c'], '1s');
 SELECT dlock.try_acquire('n', '1s', value => repeat('v', 2000));
+SELECT dlock.try_acquire('n', '1s', queue => true);
+-- a DBA turns session-bound leases off (for roles behind a transaction pooler)
+SET dlock.allow_session_bound = off;
+SELECT dlock.try_acquire('n', '1s', session_bound => true);
+SELECT dlock.acquire('n', '1s', session_bound => true);
+SELECT dlock.try_acquire('err:not-bound', '1s') IS NOT NULL AS other_leases_granted;
+RESET dlock.allow_session_bound;
 
 -- The limits themselves are accepted
 SELECT length(name) AS name_bytes FROM dlock.try_acquire(repeat('x', 1024), '1s', repeat('o', 256));

@@ -10,7 +10,8 @@
  * Leasing needs no shared memory of dlock's own: waiters queue in the lock
  * manager and are woken through their latches, so it works the same with
  * and without shared_preload_libraries.  Only the statistics (stats.c)
- * need preloading, which reserves their shared memory.
+ * and the places kept for polling clients (places.c) need preloading,
+ * which reserves their shared memory.
  *
  * Invariants: I5 in docs/internals.md.
  *
@@ -46,6 +47,9 @@ bool		dlock_lazy_release = true;
 /* dlock.durable_grants: a grant's commit is flushed whatever synchronous_commit says */
 bool		dlock_durable_grants = true;
 
+/* dlock.allow_session_bound: session_bound => true may be asked for */
+bool		dlock_allow_session_bound = true;
+
 void		_PG_init(void);
 
 static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
@@ -67,13 +71,16 @@ static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
  *	4. session.c marks this transaction's session-bound grants committed
  *	   and gives up the session locks of leases it released (COMMIT), or
  *	   drops the grants that rolled back (ABORT).
- *	5. waiting.c wakes the queue heads of names this transaction ended.
+ *	5. waiting.c wakes the queue heads and watchers of names this
+ *	   transaction granted or ended.
  *	   At COMMIT the change is visible, so the head is granted; at PREPARE
  *	   it is not yet, but the head then waits in the lock manager for the
  *	   prepared transaction's lock on the name, which COMMIT PREPARED (in
  *	   any backend) releases, waking it at once.
  *	6. durability.c forgets what it noted about the transaction.
  *	7. stats.c forgets which stale fences this transaction logged.
+ *	8. places.c removes this backend's entry as the head of an acquire()
+ *	   queue, left by an acquire() that an error ended (ABORT).
  * dlock's functions are PARALLEL UNSAFE, so the parallel events only reset.
  */
 static void
@@ -98,6 +105,7 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
 			QueueWakesAtEOXact(event);
 			DurabilityAtEOXact();
 			StaleFenceAtEOXact();
+			PlaceHeadEnd();
 			break;
 		default:
 			break;
@@ -152,6 +160,7 @@ DlockSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 	FenceCacheAtSubAbort(mySubid, parentSubid);
 	SessionLeasesAtSubAbort(mySubid);
 	QueueWakesAtSubAbort(mySubid);
+	PlaceHeadEnd();
 }
 
 /*
@@ -192,6 +201,17 @@ _PG_init(void)
 							 &dlock_durable_grants,
 							 true,
 							 PGC_USERSET,
+							 0,
+							 NULL,
+							 NULL,
+							 NULL);
+
+	DefineCustomBoolVariable("dlock.allow_session_bound",
+							 "Allows leases that end with the backend that took them (session_bound => true).",
+							 "Turn it off for roles that connect through a transaction pooler: there a backend serves many clients, and the pooler ends or reuses backends on its own schedule.",
+							 &dlock_allow_session_bound,
+							 true,
+							 PGC_SUSET,
 							 0,
 							 NULL,
 							 NULL,
@@ -249,9 +269,25 @@ _PG_init(void)
 							 NULL,
 							 NULL);
 
+	/* Like dlock.stats_max: the places exist only when preloaded */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("dlock.max_queue_places",
+								"Sets the number of places in queues that try_acquire(queue => true) can keep.",
+								"One place per client that polls for a name it was refused, and one per name whose acquire() queue has a head while places exist. Each takes about 300 bytes of shared memory.",
+								&dlock_max_queue_places,
+								1000,
+								16,
+								100000,
+								PGC_POSTMASTER,
+								0,
+								NULL,
+								NULL,
+								NULL);
+
 	MarkGUCPrefixReserved("dlock");
 
 	DlockStatsInit();
+	PlacesInit();
 
 	RegisterXactCallback(DlockXactCallback, NULL);
 	RegisterSubXactCallback(DlockSubXactCallback, NULL);

@@ -88,6 +88,7 @@ extern int	dlock_max_ttl;		/* seconds */
 extern int	dlock_default_lock_delay;	/* milliseconds */
 extern bool dlock_lazy_release;
 extern bool dlock_durable_grants;
+extern bool dlock_allow_session_bound;
 
 /*
  * How long a call may wait: not at all, until a deadline, or (deadline =
@@ -282,6 +283,7 @@ typedef struct GrantRequest
 	int64		lock_delay_us;
 	bool		session_bound;
 	char	   *value;			/* to publish, or NULL */
+	bool		queue;			/* try_acquire: keep a place when refused */
 } GrantRequest;
 
 extern const WaitLimit NoWait;
@@ -330,6 +332,19 @@ extern void WakeWatchersAtCommit(const LeaseName *name);
 extern void SleepUntil(TimestampTz until, WaitLimit limit);
 extern void QueueWakesAtEOXact(XactEvent event);
 extern void QueueWakesAtSubAbort(SubTransactionId mySubid);
+
+/* places.c: places in a queue kept between polls (queue => true) */
+extern int	dlock_max_queue_places;
+extern void PlacesInit(void);
+extern bool PlacesAvailable(void);
+extern void PlacesRequire(void);
+extern uint64 PlaceNewArrival(void);
+extern bool PlacePoll(const LeaseName *name, const char *owner, int64 ttl_us,
+					  bool *head_seen);
+extern bool PlaceGiveBack(const LeaseName *name, const char *owner);
+extern bool PlaceAhead(const LeaseName *name, uint64 arrival, TimestampTz *until);
+extern void PlaceHeadBegin(const LeaseName *name, uint64 arrival);
+extern void PlaceHeadEnd(void);
 
 /* durability.c */
 extern void RequireDurableCommit(void);

@@ -330,23 +330,37 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 
 static void
 GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req,
-				int lock_delay_argno, int session_bound_argno, int value_argno)
+				int lock_delay_argno, int session_bound_argno, int value_argno,
+				int queue_argno)
 {
 	ArgGetName(fcinfo, 0, &req->name);
 	req->ttl_us = ArgGetTTL(fcinfo, 1);
 	req->owner = ArgGetOwner(fcinfo, 2, true);
 	req->lock_delay_us = ArgGetLockDelay(fcinfo, lock_delay_argno);
 	req->session_bound = ArgGetBool(fcinfo, session_bound_argno, "session_bound");
+	if (req->session_bound && !dlock_allow_session_bound)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("session-bound leases are not allowed here"),
+				 errdetail("dlock.allow_session_bound is off."),
+				 errhint("Behind a transaction pooler a backend outlives its clients and is closed or reset by the pooler: take a lease with a ttl and renew it.")));
 	req->value = ArgGetValue(fcinfo, value_argno);
+	req->queue = queue_argno >= 0 && PG_NARGS() > queue_argno &&
+		ArgGetBool(fcinfo, queue_argno, "queue");
+	if (req->queue)
+		PlacesRequire();
 }
 
 /*
  * dlock_try_acquire - SQL function
- *	  dlock.try_acquire(name, ttl, owner, lock_delay, session_bound, value)
+ *	  dlock.try_acquire(name, ttl, owner, lock_delay, session_bound, value,
+ *						queue)
  *
  * Grants at once or returns NULL; never blocks.  While others wait in
- * dlock.acquire() the name is theirs first: only the same owner's live lease
- * is extended then.
+ * dlock.acquire(), or keep a place in the name's queue (places.c), the name
+ * is theirs first: only the same owner's live lease is extended then.
+ * With queue, a refused caller keeps (or takes) its own place, and is
+ * granted once it is first in the queue and the name is free.
  */
 Datum
 dlock_try_acquire(PG_FUNCTION_ARGS)
@@ -356,12 +370,30 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 	GrantWait	wait;
 	GrantOutcome outcome;
 
-	GetGrantRequest(fcinfo, &req, 3, 4, 5);
+	GetGrantRequest(fcinfo, &req, 3, 4, 5, 6);
 	CheckLeasesWritable("dlock.try_acquire");
 
-	if (QueueJoin(&req.name, NoWait))
+	if (req.queue)
 	{
-		outcome = AttemptGrant(&req, NoWait, false, &row, &wait);
+		bool		head_seen;
+
+		/* The owner's own live lease is extended, place or not */
+		outcome = AttemptGrant(&req, NoWait, true, &row, &wait);
+		if (outcome != GRANT_DONE &&
+			PlacePoll(&req.name, req.owner, req.ttl_us, &head_seen) &&
+			(head_seen || QueueIsEmpty(&req.name)))
+		{
+			outcome = AttemptGrant(&req, NoWait, false, &row, &wait);
+			if (outcome == GRANT_DONE)
+				(void) PlaceGiveBack(&req.name, req.owner);
+		}
+	}
+	else if (QueueJoin(&req.name, NoWait))
+	{
+		TimestampTz until;
+
+		outcome = AttemptGrant(&req, NoWait, PlaceAhead(&req.name, 0, &until),
+							   &row, &wait);
 		QueueLeave(&req.name);
 	}
 	else
@@ -486,10 +518,20 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	GrantOutcome outcome;
 	ErrorContextCallback waitcontext;
 	TimestampTz wait_start = 0;
+	uint64		arrival;
 
-	GetGrantRequest(fcinfo, &req, 4, 5, 6);
+	GetGrantRequest(fcinfo, &req, 4, 5, 6, -1);
 	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
 	CheckLeasesWritable("dlock.acquire");
+
+	/*
+	 * Its turn among polling clients' places.  A polling client that now
+	 * waits here gives up its place: it queues behind the waiters that are
+	 * in the lock manager's queue already, since that queue cannot be
+	 * reordered.
+	 */
+	(void) PlaceGiveBack(&req.name, req.owner);
+	arrival = PlaceNewArrival();
 
 	/* Errors raised while waiting (deadlock, lock_timeout) name the lease */
 	waitcontext.callback = AcquireErrorContext;
@@ -527,9 +569,18 @@ dlock_acquire(PG_FUNCTION_ARGS)
 		/* A wake-up sent after this point interrupts the sleep below */
 		ResetLatch(MyLatch);
 
-		outcome = AttemptGrant(&req, limit, false, &row, &wait);
+		/* As the head of the queue: polling clients that came first go first */
+		PlaceHeadBegin(&req.name, arrival);
+		if (PlaceAhead(&req.name, arrival, &wait.until))
+		{
+			outcome = GRANT_QUEUED;
+			wait.session_token = 0;
+		}
+		else
+			outcome = AttemptGrant(&req, limit, false, &row, &wait);
 		if (outcome == GRANT_DONE)
 		{
+			PlaceHeadEnd();
 			QueueLeave(&req.name);
 			AcquireWaitEnded(&req.name, wait_start);
 			error_context_stack = waitcontext.previous;
@@ -627,7 +678,8 @@ EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 /*
  * dlock_release - SQL function dlock.release(name, owner)
  *
- * Compare-and-release: false when owner does not hold a live lease.  When
+ * Compare-and-release: false when owner does not hold a live lease (true
+ * when it then gives up a place it kept in the queue).  When
  * the release is all its transaction changes, the commit need not wait for
  * its flush (durability.c).
  */
@@ -648,7 +700,8 @@ dlock_release(PG_FUNCTION_ARGS)
 	if (!FetchHeldLease(&store, &name, owner, &row, &now))
 	{
 		ReleaseCallEnd(false);
-		PG_RETURN_BOOL(false);
+		/* Not held: a place kept in the queue is given up instead */
+		PG_RETURN_BOOL(PlaceGiveBack(&name, owner));
 	}
 	EndLease(&store, &name, &row, now, LEASE_END_RELEASED);
 	DlockStatsCount(&name, DLOCK_STAT_RELEASE);
