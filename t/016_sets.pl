@@ -9,7 +9,9 @@
 # every acknowledged one (it waits out the leases whose lazy releases the
 # crash lost).  Then watchers: twenty of them are woken by one
 # commit, before the one-second safety-net read could have found it, and
-# the exit of a session-bound holder wakes a watcher too.
+# the exit of a session-bound holder wakes a watcher too.  Last, 600 calls
+# of the set functions, watch and the value argument with random bad
+# input: only documented SQLSTATEs, and a failed call changes nothing.
 
 use strict;
 use warnings FATAL => 'all';
@@ -139,6 +141,88 @@ $elapsed = time - $start;
 cmp_ok($elapsed, '<', 0.8, 'at once, not at the safety-net read');
 $watcher->quit;
 eval { $holder->quit };
+
+#
+# Bad input at random: the set functions, values and watch with arrays and
+# arguments of every shape; every error has a documented SQLSTATE, the
+# backend lives on, and a failed call changes neither the lease table nor
+# the token counter
+#
+srand(1313);
+sub rand_text
+{
+	my $len = any_len();
+	my $text = join '', map { chr(any_of(0x61 + int(rand(26)), 0xe9, 0x20ac, 0x1f600, 0x41)) } 1 .. $len;
+	utf8::encode($text);		# psql gets UTF-8 bytes
+	return $text;
+}
+sub any_of { return $_[ int(rand(@_)) ]; }
+sub any_len { return any_of(0, 1, 2, 5, 40, 255, 256, 257, 1023, 1024, 1025, 3000); }
+sub lit
+{
+	my ($v) = @_;
+	return 'NULL' unless defined $v;
+	$v =~ s/'/''/g;
+	return "'$v'";
+}
+sub rand_name { return rand() < 0.5 ? any_of('f1', 'f2', 'f3', 'f4') : rand() < 0.1 ? undef : rand_text(); }
+sub rand_array
+{
+	my $r = rand();
+	return 'NULL::text[]' if $r < 0.05;
+	return q{'{}'::text[]} if $r < 0.1;
+	return q{ARRAY[['f1', 'f2'], ['f3', 'f4']]} if $r < 0.13;
+	my $n = $r < 0.2 ? 60 + int(rand(10)) : 1 + int(rand(5));
+	return 'ARRAY[' . join(', ', map { lit(rand_name()) } 1 .. $n) . ']::text[]';
+}
+sub rand_interval { return any_of('NULL', q{'0'}, q{'-1s'}, q{'10ms'}, q{'1 min'}, q{'1 mon'}, q{'2 days'}, q{'100000000 days'}); }
+sub rand_owner { return any_of('NULL', lit(''), lit('o1'), lit('o2'), lit('x' x 257), lit(rand_text())); }
+
+my @calls;
+for my $i (1 .. 600)
+{
+	my $k = int(rand(6));
+	push @calls,
+	    $k == 0 ? 'SELECT count(*) FROM dlock.try_acquire_all(' . rand_array() . ', ' . rand_interval() . ', ' . rand_owner() . ')'
+	  : $k == 1 ? 'SELECT count(*) FROM dlock.acquire_all(' . rand_array() . ', ' . rand_interval() . ', ' . rand_owner() . q{, '0')}
+	  : $k == 2 ? 'SELECT dlock.release_all(' . rand_array() . ', ' . rand_owner() . ')'
+	  : $k == 3 ? 'SELECT dlock.watch(' . lit(rand_name()) . ', ' . any_of('NULL', '1', '-1', '9223372036854775807') . q{, '0'::interval)}
+	  : $k == 4 ? 'SELECT token FROM dlock.try_acquire(' . lit(rand_name()) . q{, '1 min', } . rand_owner() . ', value => ' . lit(rand() < 0.8 ? rand_text() : undef) . ')'
+	  :           'SELECT token FROM dlock.renew(' . lit(rand_name()) . ', ' . rand_owner() . q{, '1 min', } . lit(rand_text()) . ')';
+}
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION fuzz_call(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+	DECLARE
+	  before text;
+	  after text;
+	  state text := 'ok';
+	BEGIN
+	  SELECT md5(string_agg(s::text, ',' ORDER BY s.name)) || (SELECT last_value FROM dlock.token_seq)
+	    INTO before FROM dlock.lease_state s;
+	  BEGIN
+	    EXECUTE stmt;
+	  EXCEPTION WHEN OTHERS THEN
+	    state := SQLSTATE;
+	  END;
+	  SELECT md5(string_agg(s::text, ',' ORDER BY s.name)) || (SELECT last_value FROM dlock.token_seq)
+	    INTO after FROM dlock.lease_state s;
+	  RETURN state || CASE WHEN state <> 'ok' AND before IS DISTINCT FROM after THEN ' changed' ELSE '' END;
+	END $$;
+});
+my %outcomes;
+my @bad;
+for my $stmt (@calls)
+{
+	my ($ok, $out, $err) = $node->psql('postgres', 'SELECT fuzz_call(' . lit($stmt) . ')');
+	my $outcome = $ok == 0 ? $out : "psql failed: $err";
+	$outcomes{$outcome}++;
+	push @bad, "$outcome: $stmt"
+	  unless $outcome =~ /^(ok|22004|22023|55P03)$/;
+}
+note 'outcomes: ' . join(', ', map { "$_ $outcomes{$_}" } sort keys %outcomes);
+is(scalar(@bad), 0, 'random bad input: only documented SQLSTATEs (22004, 22023, 55P03), and a failed call changes nothing')
+  or diag join("\n", @bad[0 .. ($#bad < 9 ? $#bad : 9)]);
+is($node->safe_psql('postgres', 'SELECT 1'), '1', 'the server lives on');
 
 $node->stop;
 done_testing();
