@@ -63,6 +63,16 @@ open my $users, '>', "$dir/userlist.txt" or die $!;
 print $users qq{"$user" ""\n};
 close $users;
 my $bouncer = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', "$dir/stdout", '2>', "$dir/stderr");
+# Stopped however the test ends, also when a check dies half-way
+END
+{
+	local $?;
+	if ($bouncer && $bouncer->pumpable)
+	{
+		$bouncer->signal('INT');
+		eval { $bouncer->finish; 1 } or $bouncer->kill_kill;
+	}
+}
 my $pooled = "host=127.0.0.1 port=$port dbname=app";
 my $up = 0;
 for (1 .. 100)
@@ -201,5 +211,6 @@ SKIP:
 
 $bouncer->signal('INT');
 $bouncer->finish;
+undef $bouncer;
 $node->stop;
 done_testing();
