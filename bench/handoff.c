@@ -103,16 +103,20 @@ finish_query(PGconn *conn)
 	}
 }
 
-/* wait_queued - until n sessions wait in dlock.acquire() */
+/*
+ * wait_sessions - until n sessions run a query that starts with call (a
+ * dlock function called on NAME-like text) and wait, with a wait event
+ * type in wait_types (an SQL list of strings)
+ */
 static void
-wait_queued(PGconn *monitor, int n)
+wait_sessions(PGconn *monitor, int n, const char *call, const char *wait_types)
 {
 	char		sql[512];
 
 	snprintf(sql, sizeof(sql),
 			 "SELECT count(*) >= %d FROM pg_stat_activity "
-			 "WHERE query LIKE '%%dlock.acquire(''" NAME "''%%' AND state = 'active' "
-			 "AND wait_event_type IN ('Lock', 'Extension')", n);
+			 "WHERE query LIKE '%%%s%%' AND state = 'active' "
+			 "AND wait_event_type IN (%s)", n, call, wait_types);
 	for (;;)
 	{
 		if (strcmp(exec_one(monitor, sql), "t") == 0)
@@ -121,6 +125,13 @@ wait_queued(PGconn *monitor, int n)
 
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* wait_queued - until n sessions wait in dlock.acquire() */
+static void
+wait_queued(PGconn *monitor, int n)
+{
+	wait_sessions(monitor, n, "dlock.acquire(''" NAME "''", "'Lock', 'Extension'");
 }
 
 static int
@@ -297,20 +308,7 @@ send_watch(PGconn *conn, const char *token)
 static void
 wait_watching(PGconn *monitor, int n)
 {
-	char		sql[512];
-
-	snprintf(sql, sizeof(sql),
-			 "SELECT count(*) >= %d FROM pg_stat_activity "
-			 "WHERE query LIKE '%%dlock.watch(''" NAME "''%%' AND state = 'active' "
-			 "AND wait_event = 'Extension'", n);
-	for (;;)
-	{
-		if (strcmp(exec_one(monitor, sql), "t") == 0)
-			return;
-		struct timespec ts = {0, 200000};
-
-		nanosleep(&ts, NULL);
-	}
+	wait_sessions(monitor, n, "dlock.watch(''" NAME "''", "'Extension'");
 }
 
 static int

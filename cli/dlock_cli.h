@@ -62,6 +62,9 @@ extern int	run_command(const RunOptions *opts);
 /* watch.c */
 extern int	watch_command(const char *dbname, const char *name, bool json);
 
+/* main.c: print a string as a JSON string */
+extern void json_string(const char *s);
+
 /* messages on stderr, prefixed with the program name */
 extern void note(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern void info(const char *fmt,...) __attribute__((format(printf, 1, 2)));

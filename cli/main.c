@@ -145,8 +145,8 @@ server_error(PGconn *conn, PGresult *res)
 	return EXIT_SOFTWARE;
 }
 
-/* json_string - print s as a JSON string */
-static void
+/* json_string - print s as a JSON string (also used by watch.c) */
+void
 json_string(const char *s)
 {
 	putchar('"');

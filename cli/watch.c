@@ -61,29 +61,14 @@ typedef struct WatchedLease
 	char		token[32];
 } WatchedLease;
 
+/* json_or_null - a column as a JSON string, or null */
 static void
 json_or_null(const PGresult *res, int col)
 {
-	const char *s;
-
 	if (PQgetisnull(res, 0, col))
-	{
 		fputs("null", stdout);
-		return;
-	}
-	putchar('"');
-	for (s = PQgetvalue(res, 0, col); *s; s++)
-	{
-		unsigned char c = (unsigned char) *s;
-
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
+	else
+		json_string(PQgetvalue(res, 0, col));
 }
 
 /*

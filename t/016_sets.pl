@@ -23,7 +23,7 @@ use Time::HiRes qw(time);
 
 my $node = PostgreSQL::Test::Cluster->new('sets');
 $node->init;
-$node->append_conf('postgresql.conf', "max_connections = 60\n");
+$node->append_conf('postgresql.conf', "max_connections = 60\nmax_prepared_transactions = 2\n");
 $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dlock;
@@ -141,6 +141,37 @@ $elapsed = time - $start;
 cmp_ok($elapsed, '<', 0.8, 'at once, not at the safety-net read');
 $watcher->quit;
 eval { $holder->quit };
+
+#
+# Two-phase commit: a set granted by a prepared transaction holds its names
+# until COMMIT PREPARED, from another backend; a watcher is woken at PREPARE,
+# then waits for the prepared transaction, and reports the grant once it is
+# committed
+#
+$watcher = $node->background_psql('postgres');
+$watcher->query_until(qr/watching/, q{\echo watching
+SELECT 'woken-' || coalesce(dlock.watch('tp:a', NULL, '30s')::text, 'none');
+});
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.locks WHERE kind = 'watch'})
+  or die 'watcher did not start';
+$node->safe_psql('postgres', q{BEGIN;
+	SELECT count(*) FROM dlock.try_acquire_all(ARRAY['tp:a', 'tp:b'], '1h', 'preparer');
+	PREPARE TRANSACTION 'set_grant';});
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM dlock.try_acquire_all(ARRAY['tp:b', 'tp:c'], '1h', 'other')}),
+	'0', 'a prepared set holds its names: another set with one of them is refused');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.leases WHERE name LIKE 'tp:%'}),
+	'0', 'and nothing of it is visible before COMMIT PREPARED');
+$node->safe_psql('postgres', q{COMMIT PREPARED 'set_grant'});
+my $tp_token = $node->safe_psql('postgres',
+	q{SELECT min(token) || ' ' || count(DISTINCT token) || ' ' || count(*)
+	    FROM dlock.leases WHERE name LIKE 'tp:%' AND state = 'live' AND owner = 'preparer'});
+like($tp_token, qr/^\d+ 1 2$/, 'COMMIT PREPARED from another backend makes the whole set live, under one token');
+my ($tp_first) = split / /, $tp_token;
+like($watcher->query_until(qr/woken-/, ''), qr/woken-$tp_first/,
+	'the watcher reports the committed grant of the prepared set');
+$watcher->quit;
+is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left in pg_locks');
 
 #
 # Bad input at random: the set functions, values and watch with arrays and

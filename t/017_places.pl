@@ -62,6 +62,19 @@ is(release('q', 'c3'), 't', 'c3 releases');
 like(poll('q', 'c1'), qr/^\d+$/, 'then c1');
 is(release('q', 'c1'), 't', 'c1 releases');
 
+note 'a place is not transactional: a rolled-back poll keeps it';
+like(poll('r', 'h'), qr/^\d+$/, 'h holds r');
+is($node->safe_psql('postgres', q{BEGIN;
+	SELECT dlock.try_acquire('r', '10s', 'c1', queue => true) IS NULL;
+	ROLLBACK;}), 't', 'c1 polls in a transaction that rolls back');
+is(poll('r', 'c2'), '', 'c2 queues');
+is(release('r', 'h'), 't', 'h releases');
+is(poll('r', 'c2'), '', 'c1 kept its place: c2 is not first');
+like(poll('r', 'c1'), qr/^\d+$/, 'c1 is granted');
+is(release('r', 'c1'), 't', 'c1 releases');
+like(poll('r', 'c2'), qr/^\d+$/, 'then c2');
+is(release('r', 'c2'), 't', 'c2 releases');
+
 note 'a place lapses ttl after its last poll';
 like(poll('l', 'h'), qr/^\d+$/, 'h holds l');
 is(poll('l', 'gone', '300ms'), '', 'a client polls once with ttl 300ms and goes away');
