@@ -298,6 +298,23 @@ ALTER TABLE dlock.lease_state
 ALTER TABLE dlock.lease_state ADD COLUMN value text;
 
 --
+-- Several holders per name: shared leases and the permits of counting
+-- semaphores.  Each holder's lease is a row in one of the name's slots,
+-- which are reused, so the table holds one row per name and concurrent
+-- holder, never one per grant (see src/lease_status.c).  An exclusive lease
+-- is in slot 0, where every existing row stays; the new columns get their
+-- defaults without a rewrite.  The key becomes (name, slot), under the same
+-- name.
+--
+ALTER TABLE dlock.lease_state
+  ADD COLUMN slot integer NOT NULL DEFAULT 0,
+  ADD COLUMN shared boolean NOT NULL DEFAULT false,
+  ADD COLUMN max_holders integer NOT NULL DEFAULT 1;
+ALTER TABLE dlock.lease_state
+  DROP CONSTRAINT lease_state_pkey,
+  ADD CONSTRAINT lease_state_pkey PRIMARY KEY (name, slot);
+
+--
 -- dlock.leases is computed by the same C code as the lease functions:
 -- dlock.lease_states() classifies each row as they do (src/lease_status.c),
 -- so the view shows the state that try_acquire, renew, release and fence()
@@ -315,13 +332,14 @@ CREATE FUNCTION dlock.lease_states(
   OUT holder_role pg_catalog.regrole, OUT acquired_at timestamptz,
   OUT expires_at timestamptz, OUT state text, OUT ended_at timestamptz,
   OUT grantable_at timestamptz, OUT lock_delay interval,
-  OUT session_bound boolean, OUT holder_pid integer, OUT value text)
+  OUT session_bound boolean, OUT holder_pid integer, OUT value text,
+  OUT shared boolean, OUT max_holders integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_lease_states'
 LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION dlock.lease_states() IS
-  'Every name''s lease with its state now, as the lease functions see it: the rows of dlock.leases. owner is NULL for leases of roles whose privileges the caller does not have.';
+  'Every lease (one row per holder of a name) with its state now, as the lease functions see it: the rows of dlock.leases. owner is NULL for leases of roles whose privileges the caller does not have.';
 
 CREATE OR REPLACE VIEW dlock.leases AS
 SELECT l.name COLLATE pg_catalog."C" AS name,
@@ -336,7 +354,9 @@ SELECT l.name COLLATE pg_catalog."C" AS name,
        l.lock_delay,
        l.session_bound,
        l.holder_pid,
-       l.value
+       l.value,
+       l.shared,
+       l.max_holders
   FROM dlock.lease_states() l;
 
 --
@@ -383,23 +403,25 @@ BEGIN
 CREATE VIEW dlock.locks AS
 SELECT l.pid,
        k.kind,
-       CASE WHEN k.kind OPERATOR(pg_catalog.=) 'session' THEN t.name ELSE n.name END AS name,
-       CASE WHEN k.kind OPERATOR(pg_catalog.=) 'session' THEN k.key END AS token,
+       CASE WHEN k.by_token THEN t.name ELSE n.name END AS name,
+       CASE WHEN k.by_token THEN k.key END AS token,
        l.mode,
        l.granted,
        %s AS waitstart
   FROM pg_catalog.pg_locks l
  CROSS JOIN LATERAL (
        SELECT CASE l.objsubid WHEN 17484 THEN 'name' WHEN 17485 THEN 'queue'
-                              WHEN 17487 THEN 'watch' ELSE 'session' END AS kind,
+                              WHEN 17487 THEN 'watch' WHEN 17488 THEN 'pin'
+                              ELSE 'session' END AS kind,
+              l.objsubid OPERATOR(pg_catalog.=) ANY ('{17486,17488}'::pg_catalog.int2[]) AS by_token,
               (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
                 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8 AS key) k
-  LEFT JOIN (SELECT s.name, dlock.name_key(s.name) AS key FROM dlock.lease_state s) n
-         ON k.kind OPERATOR(pg_catalog.<>) 'session' AND n.key OPERATOR(pg_catalog.=) k.key
+  LEFT JOIN (SELECT DISTINCT s.name, dlock.name_key(s.name) AS key FROM dlock.lease_state s) n
+         ON NOT k.by_token AND n.key OPERATOR(pg_catalog.=) k.key
   LEFT JOIN dlock.lease_state t
-         ON k.kind OPERATOR(pg_catalog.=) 'session' AND t.token OPERATOR(pg_catalog.=) k.key
+         ON k.by_token AND t.token OPERATOR(pg_catalog.=) k.key
  WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
-   AND l.objsubid OPERATOR(pg_catalog.=) ANY ('{17484,17485,17486,17487}'::pg_catalog.int2[])
+   AND l.objsubid OPERATOR(pg_catalog.=) ANY ('{17484,17485,17486,17487,17488}'::pg_catalog.int2[])
    AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
 $view$,
@@ -408,7 +430,7 @@ $view$,
 END
 $locks$;
 COMMENT ON VIEW dlock.locks IS
-  'dlock''s locks in pg_locks for this database. kind: name (a name''s state: AccessShareLock for a true fence, ShareUpdateExclusiveLock for a change, AccessExclusiveLock for a grant), queue (ExclusiveLock: the head of the name''s queue of waiters), session (ExclusiveLock of a session-bound holder, key token) or watch (AccessShareLock of a session in dlock.watch()). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
+  'dlock''s locks in pg_locks for this database. kind: name (a name''s state: AccessShareLock for a true fence, ShareUpdateExclusiveLock for a change, AccessExclusiveLock for a grant), queue (ExclusiveLock: the head of the name''s queue of waiters), session (ExclusiveLock of a session-bound holder, key token), watch (AccessShareLock of a session in dlock.watch()) or pin (the token of a shared lease or permit outside slot 0: AccessShareLock for a true fence, AccessExclusiveLock for a grant that waits for it). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
 GRANT SELECT ON dlock.locks TO PUBLIC;
 
 --
@@ -481,12 +503,14 @@ CREATE FUNCTION dlock.try_acquire(name text, ttl interval, owner text DEFAULT NU
                                   lock_delay interval DEFAULT NULL,
                                   session_bound boolean DEFAULT false,
                                   value text DEFAULT NULL,
-                                  queue boolean DEFAULT false)
+                                  queue boolean DEFAULT false,
+                                  shared boolean DEFAULT false,
+                                  max_holders integer DEFAULT 1)
 RETURNS dlock.lease
 AS 'MODULE_PATHNAME', 'dlock_try_acquire'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION dlock.try_acquire(text, interval, text, interval, boolean, text, boolean) IS
-  'Grants a lease of name for ttl at once, or returns NULL when another owner holds it, it is being changed, it is in its lock-delay, or others wait for it; never blocks. NULL owner: the server generates one. lock_delay NULL: dlock.default_lock_delay. value: published in dlock.leases (the same owner asking again keeps the old one when NULL). queue: a refused caller keeps its place in the name''s queue for ttl, and is granted in arrival order when it calls again (needs dlock in shared_preload_libraries).';
+COMMENT ON FUNCTION dlock.try_acquire(text, interval, text, interval, boolean, text, boolean, boolean, integer) IS
+  'Grants a lease of name for ttl at once, or returns NULL when another owner holds it, it is being changed, it is in its lock-delay, or others wait for it; never blocks. NULL owner: the server generates one. lock_delay NULL: dlock.default_lock_delay. value: published in dlock.leases (the same owner asking again keeps the old one when NULL). queue: a refused caller keeps its place in the name''s queue for ttl, and is granted in arrival order when it calls again (needs dlock in shared_preload_libraries). shared: a shared lease, live alongside other shared ones. max_holders: a permit of a counting semaphore, at most max_holders live at once.';
 
 DROP FUNCTION dlock.acquire(text, pg_catalog.interval, text, pg_catalog.interval,
                             pg_catalog.interval, boolean);
@@ -494,12 +518,14 @@ CREATE FUNCTION dlock.acquire(name text, ttl interval, owner text DEFAULT NULL,
                               timeout interval DEFAULT NULL,
                               lock_delay interval DEFAULT NULL,
                               session_bound boolean DEFAULT false,
-                              value text DEFAULT NULL)
+                              value text DEFAULT NULL,
+                              shared boolean DEFAULT false,
+                              max_holders integer DEFAULT 1)
 RETURNS dlock.lease
 AS 'MODULE_PATHNAME', 'dlock_acquire'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION dlock.acquire(text, interval, text, interval, interval, boolean, text) IS
-  'Grants a lease of name for ttl, waiting in arrival order until it is free; timeout NULL waits until cancelled, 0 does not wait; raises 55P03 when the timeout passes. value: published in dlock.leases.';
+COMMENT ON FUNCTION dlock.acquire(text, interval, text, interval, interval, boolean, text, boolean, integer) IS
+  'Grants a lease of name for ttl, waiting in arrival order (one queue for every kind) until it is free; timeout NULL waits until cancelled, 0 does not wait; raises 55P03 when the timeout passes. value: published in dlock.leases. shared: a shared lease. max_holders: a permit of a counting semaphore.';
 
 DROP FUNCTION dlock.renew(text, text, pg_catalog.interval);
 CREATE FUNCTION dlock.renew(name text, owner text, ttl interval,

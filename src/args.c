@@ -407,3 +407,33 @@ ArgGetToken(FunctionCallInfo fcinfo, int argno)
 	RequireNotNull(fcinfo, argno, "token");
 	return PG_GETARG_INT64(argno);
 }
+
+/*
+ * ArgGetKind - the kind of lease asked for, from the shared and
+ * max_holders arguments (exclusive when the function has neither: a
+ * version 1.0 declaration)
+ */
+void
+ArgGetKind(FunctionCallInfo fcinfo, int shared_argno, int max_holders_argno,
+		   LeaseKind *kind)
+{
+	kind->shared = false;
+	kind->max_holders = 1;
+	if (PG_NARGS() > shared_argno)
+		kind->shared = ArgGetBool(fcinfo, shared_argno, "shared");
+	if (PG_NARGS() > max_holders_argno)
+	{
+		RequireNotNull(fcinfo, max_holders_argno, "max_holders");
+		kind->max_holders = PG_GETARG_INT32(max_holders_argno);
+	}
+	if (kind->max_holders < 1 || kind->max_holders > DLOCK_MAX_HOLDERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_holders must be between 1 and %d", DLOCK_MAX_HOLDERS)));
+	if (kind->shared && kind->max_holders > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a shared lease cannot have max_holders"),
+				 errdetail("Shared leases of a name are not counted; max_holders > 1 asks for a permit of a counting semaphore."),
+				 errhint("Pass either shared => true or max_holders.")));
+}

@@ -3,9 +3,13 @@
  * dlock.h
  *	  Declarations shared by the dlock modules.
  *
- * A lease of a name is one row of dlock.lease_state.  Every change of that
- * row, and every fencing check against it, first takes a lock-manager lock
- * on the name in dlock's own advisory lock-tag space.  Three modes are used:
+ * A lease is one row of dlock.lease_state, in one of the name's slots: an
+ * exclusive lease is the name's only live row, in slot 0; shared leases and
+ * the permits of a counting semaphore are one row per holder, each with its
+ * own token, in slots that are reused (so a name has as many rows as it
+ * ever had holders at once).  Every change of a name's rows, and every
+ * fencing check against them, first takes a lock-manager lock on the name
+ * in dlock's own advisory lock-tag space.  Three modes are used:
  *
  *	DLOCK_FENCE_LOCKMODE	taken by dlock.fence() and kept until the end of
  *							the top-level transaction.  It pins the current
@@ -18,6 +22,13 @@
  *	DLOCK_GRANT_LOCKMODE	taken to issue a new token.  It conflicts with
  *							all three, so a grant waits for every fenced
  *							transaction of the previous token to end.
+ *
+ * That lock pins the token of slot 0.  A true fence of a token in another
+ * slot pins that token instead, with the same mode on the token's own tag
+ * (DLOCK_SPACE_TOKEN), so that fenced readers and permit holders do not hold
+ * up one another's grants.  A grant takes DLOCK_GRANT_LOCKMODE on the pin of
+ * the slot it writes and on the pins of every row of another kind: those
+ * are the fenced transactions it must wait for (lease_api.c).
  *
  * The row is always read in its latest committed state (never through the
  * transaction snapshot), which is safe because the lock above is held and
@@ -58,7 +69,8 @@ typedef enum DlockLockSpace
 	DLOCK_SPACE_NAME = 17484,	/* key: name hash; serializes a name's state */
 	DLOCK_SPACE_QUEUE = 17485,	/* key: name hash; the FIFO queue of waiters */
 	DLOCK_SPACE_SESSION = 17486,	/* key: token; held by a session-bound holder */
-	DLOCK_SPACE_WATCH = 17487	/* key: name hash; held by dlock.watch() callers */
+	DLOCK_SPACE_WATCH = 17487,	/* key: name hash; held by dlock.watch() callers */
+	DLOCK_SPACE_TOKEN = 17488	/* key: token; pins a token of a slot > 0 */
 } DlockLockSpace;
 
 #define DLOCK_FENCE_LOCKMODE	AccessShareLock
@@ -82,6 +94,12 @@ typedef enum DlockLockSpace
 
 /* Documented limit on the number of names of one *_all call */
 #define DLOCK_MAX_SET_NAMES		64
+
+/*
+ * Documented limit on max_holders, and on the shared leases of one name
+ * live at once: every grant reads all of a name's rows
+ */
+#define DLOCK_MAX_HOLDERS		1000
 
 /* GUCs (dlock.c) */
 extern int	dlock_max_ttl;		/* seconds */
@@ -119,6 +137,11 @@ extern bool NameLockAcquire(const LeaseName *name, LOCKMODE mode, WaitLimit limi
 extern void NameLockRelease(const LeaseName *name, LOCKMODE mode);
 extern bool NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode);
 extern void NameLockReleaseForTransaction(const LeaseName *name, LOCKMODE mode);
+struct LeaseRow;
+extern void PinLockTag(LOCKTAG *tag, const LeaseName *name,
+					   const struct LeaseRow *row);
+extern bool LockAcquireForTransaction(const LOCKTAG *tag, LOCKMODE mode);
+extern void LockReleaseForTransaction(const LOCKTAG *tag, LOCKMODE mode);
 
 /* args.c */
 extern void ArgGetName(FunctionCallInfo fcinfo, int argno, LeaseName *name);
@@ -132,6 +155,9 @@ extern int64 ArgGetToken(FunctionCallInfo fcinfo, int argno);
 extern int64 ArgGetLockDelay(FunctionCallInfo fcinfo, int argno);
 extern bool ArgGetBool(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern int64 ArgGetOlderThan(FunctionCallInfo fcinfo, int argno);
+struct LeaseKind;
+extern void ArgGetKind(FunctionCallInfo fcinfo, int shared_argno,
+					   int max_holders_argno, struct LeaseKind *kind);
 
 /* How a lease ended, if it did (stored as text: see lease_status.c) */
 typedef enum LeaseEndReason
@@ -141,11 +167,36 @@ typedef enum LeaseEndReason
 	LEASE_END_FORCE_RELEASED	/* by force_release */
 } LeaseEndReason;
 
+/*
+ * The kind of a lease: exclusive (not shared, max_holders 1), shared (any
+ * number live at once; max_holders 1), or a permit of a counting semaphore
+ * (not shared, max_holders > 1)
+ */
+typedef struct LeaseKind
+{
+	bool		shared;
+	int32		max_holders;
+} LeaseKind;
+
+static inline bool
+LeaseKindEqual(const LeaseKind *a, const LeaseKind *b)
+{
+	return a->shared == b->shared && a->max_holders == b->max_holders;
+}
+
+static inline bool
+LeaseKindExclusive(const LeaseKind *kind)
+{
+	return !kind->shared && kind->max_holders == 1;
+}
+
 /* One lease row as read from, or written to, dlock.lease_state */
 typedef struct LeaseRow
 {
-	bool		found;			/* false: the name has never been granted */
+	bool		found;			/* false: the slot has no row */
 	ItemPointerData tid;		/* where the row is, when found */
+	int32		slot;
+	LeaseKind	kind;
 	int64		token;
 	char	   *owner;			/* palloc'd, NUL-terminated */
 	Oid			holder_role;
@@ -166,15 +217,25 @@ typedef struct LeaseStore
 	Relation	heap;
 	Relation	index;
 	LOCKMODE	lockmode;
-	int			natts;			/* 11 before version 1.1 (no value column) */
+	int			natts;			/* 11 before version 1.1: no value, no slots */
 } LeaseStore;
+
+/* The rows of one name, by slot */
+typedef struct LeaseRows
+{
+	int			count;
+	int			space;
+	LeaseRow   *row;
+} LeaseRows;
 
 /* lease_store.c */
 extern void LeaseStoreCacheInit(void);
 extern uint64 LeaseStoreGeneration(void);
 extern void LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode);
 extern void LeaseStoreClose(LeaseStore *store);
-extern void LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row);
+extern void LeaseStoreFetchAll(LeaseStore *store, const LeaseName *name, LeaseRows *rows);
+extern bool LeaseStoreFetchToken(LeaseStore *store, const LeaseName *name,
+								 int64 token, LeaseRow *row);
 extern void LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row);
 extern text *LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row);
 extern void LeaseStoreDelete(LeaseStore *store, LeaseRow *row);
@@ -246,6 +307,30 @@ LeaseIsLive(const LeaseRow *row, TimestampTz now)
 }
 
 /*
+ * What a request for a lease of some kind may do with the rows of a name
+ * (LeaseDecide, the rules of several holders per name)
+ */
+typedef struct LeaseDecision
+{
+	LeaseStatus status;			/* LEASE_FREE: grant into slot; otherwise
+								 * held or delayed until *until */
+	int			mine;			/* index of the owner's own live row, or -1 */
+	int32		slot;			/* LEASE_FREE: the slot to write */
+	int			target;			/* LEASE_FREE: index of that slot's row, or
+								 * -1 when the slot has none yet */
+	TimestampTz until;			/* no earlier change without a release */
+	int64		session_token;	/* a live session-bound lease that must end
+								 * for this request, or 0 */
+} LeaseDecision;
+
+extern void LeaseDecide(const LeaseName *name, const LeaseRows *rows,
+						const LeaseKind *kind, const char *owner,
+						TimestampTz now, LeaseDecision *decision);
+extern bool LeaseRowPinConflicts(const LeaseRow *row, const LeaseKind *kind);
+extern int	LeaseRowsNewestLive(const LeaseRows *rows, TimestampTz now,
+								TimestampTz *earliest_expiry);
+
+/*
  * End-of-(sub)transaction hooks of the modules below: called only by the
  * dispatcher in dlock.c, which writes down their order.
  */
@@ -284,6 +369,7 @@ typedef struct GrantRequest
 	bool		session_bound;
 	char	   *value;			/* to publish, or NULL */
 	bool		queue;			/* try_acquire: keep a place when refused */
+	LeaseKind	kind;
 } GrantRequest;
 
 extern const WaitLimit NoWait;
@@ -298,10 +384,17 @@ extern void ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 						int64 ttl_us, const char *value, TimestampTz now);
 extern void GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req,
 								LeaseRow *row, int64 token);
+extern LeaseRow *GrantTargetRow(const LeaseRows *rows, const LeaseDecision *d);
+extern bool GrantPinsTake(const LeaseName *name, const LeaseRows *rows,
+						  const LeaseDecision *d, const LeaseKind *kind,
+						  LOCKTAG *busy);
+extern void GrantPinsRelease(const LeaseName *name, const LeaseRows *rows,
+							 const LeaseDecision *d, const LeaseKind *kind);
 extern void EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 					 TimestampTz now, LeaseEndReason reason);
 extern bool FetchHeldLease(LeaseStore *store, const LeaseName *name,
 						   const char *owner, LeaseRow *row, TimestampTz *now);
+extern const LeaseKind ExclusiveKind;
 extern WaitLimit AcquireLimit(int64 timeout_us);
 extern void AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start);
 extern void AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start);

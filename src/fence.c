@@ -3,11 +3,15 @@
  * fence.c
  *	  dlock.fence(): the token check for the WHERE clause of guarded writes.
  *
- * fence(name, token) is true iff token is the current, live grant of name.
- * The first true answer in a transaction takes the name's lock in
- * DLOCK_FENCE_LOCKMODE, owned by the top-level transaction, so no new grant
- * of the name can commit until this transaction ends: the guarded write and
- * any regrant are strictly ordered, whatever the lease's TTL does meanwhile.
+ * fence(name, token) is true iff token is a live lease of name, of any
+ * kind.  The first true answer in a transaction pins the token: it takes
+ * the token's pin lock (PinLockTag: the name's lock for an exclusive lease)
+ * in DLOCK_FENCE_LOCKMODE, owned by the top-level transaction, so no grant
+ * that conflicts with that lease can commit until this transaction ends:
+ * the guarded write and any such grant are strictly ordered, whatever the
+ * lease's TTL does meanwhile.  A pinned exclusive token holds off every
+ * grant of the name, a pinned shared token the exclusive grants, a pinned
+ * permit the grant of its slot (lease_status.c).
  *
  * Answers are cached for the rest of the transaction, keyed by name and
  * token, because an UPDATE calls fence once per row.  A cached answer stays
@@ -243,6 +247,7 @@ FenceCheck(const LeaseName *name, int64 token)
 	TimestampTz now;
 	bool		result;
 	ErrorContextCallback fencecontext;
+	LOCKTAG		pin;
 
 	/*
 	 * Waits for a grant of this name that is being committed right now; an
@@ -256,17 +261,36 @@ FenceCheck(const LeaseName *name, int64 token)
 	error_context_stack = fencecontext.previous;
 
 	LeaseStoreOpen(&store, AccessShareLock);
-	LeaseStoreFetch(&store, name, &row);
+	result = LeaseStoreFetchToken(&store, name, token, &row);
+	now = GetCurrentTimestamp();
+	result = result && LeaseIsLive(&row, now);
+
+	/*
+	 * The name's lock pins the token of slot 0.  A live token of another
+	 * slot (a shared lease, a permit) is pinned by its own lock instead,
+	 * and the name's lock given back, so that it holds up only the grants
+	 * that conflict with it.  The row is read again under that pin: a grant
+	 * of the slot may have committed before it was taken.
+	 */
+	if (result && row.slot != 0)
+	{
+		PinLockTag(&pin, name, &row);
+		error_context_stack = &fencecontext;
+		LockAcquireForTransaction(&pin, DLOCK_FENCE_LOCKMODE);
+		error_context_stack = fencecontext.previous;
+		NameLockReleaseForTransaction(name, DLOCK_FENCE_LOCKMODE);
+		result = LeaseStoreFetchToken(&store, name, token, &row);
+		now = GetCurrentTimestamp();
+		result = result && LeaseIsLive(&row, now);
+		if (!result)
+			LockReleaseForTransaction(&pin, DLOCK_FENCE_LOCKMODE);
+	}
+	else if (!result)
+		NameLockReleaseForTransaction(name, DLOCK_FENCE_LOCKMODE);
 	LeaseStoreClose(&store);
 
-	now = GetCurrentTimestamp();
-	result = LeaseIsLive(&row, now) && row.token == token;
-	if (!result)
-	{
-		if (dlock_log_stale_fences)
-			StaleFenceReport(name, token, &row, now);
-		NameLockReleaseForTransaction(name, DLOCK_FENCE_LOCKMODE);
-	}
+	if (!result && dlock_log_stale_fences)
+		StaleFenceReport(name, token, &row, now);
 	/* One count per decision: the cache answers the repeat calls */
 	DlockStatsCount(name, result ? DLOCK_STAT_FENCE_OK : DLOCK_STAT_FENCE_REFUSED);
 	return result;

@@ -59,6 +59,7 @@ typedef struct GrantWait
 } GrantWait;
 
 const WaitLimit NoWait = {false, 0};
+const LeaseKind ExclusiveKind = {false, 1};
 const WaitLimit WaitForever = {true, DT_NOEND};
 
 /*
@@ -167,7 +168,7 @@ ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 }
 
 /*
- * GrantNewLease - issue a new token; the caller holds DLOCK_GRANT_LOCKMODE
+ * GrantNewLease - issue a new token; the caller holds the grant's pins
  */
 static void
 GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
@@ -179,7 +180,8 @@ GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 
 /*
  * GrantLeaseWithToken - write the grant of a token that the caller took
- * from LeaseStoreNextToken(); the caller holds DLOCK_GRANT_LOCKMODE
+ * from LeaseStoreNextToken() into row (GrantTargetRow); the caller holds
+ * the grant's pins (GrantPinsTake)
  */
 void
 GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req, LeaseRow *row,
@@ -204,6 +206,7 @@ GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req, LeaseRow *row,
 	if (dlock_stats_counting)
 		DlockStatsGranted(&req->name, row, now);
 	row->token = token;
+	row->kind = req->kind;
 	row->owner = req->owner;
 	row->holder_role = GetUserId();
 	row->acquired_at = now;
@@ -224,114 +227,171 @@ GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req, LeaseRow *row,
 }
 
 /*
- * Refusal - release the change lock and report why an attempt must wait
+ * GrantTargetRow - the row a grant decided by LeaseDecide writes: the free
+ * row of its slot, or a new one
  */
-static GrantOutcome
-Refusal(LeaseStore *store, const LeaseName *name, LOCKMODE held,
-		LeaseStatus status, const LeaseRow *row, TimestampTz until,
-		GrantWait *wait)
+LeaseRow *
+GrantTargetRow(const LeaseRows *rows, const LeaseDecision *d)
 {
-	NameLockRelease(name, held);
-	LeaseStoreClose(store);
-	wait->until = until;
-	wait->session_token = 0;
-	if (status == LEASE_LIVE)
-	{
-		if (row->session_bound)
-			wait->session_token = row->token;
-		return GRANT_HELD;
-	}
-	return GRANT_DELAYED;
+	LeaseRow   *row;
+
+	Assert(d->status == LEASE_FREE);
+	if (d->target >= 0)
+		return &rows->row[d->target];
+	row = palloc0(sizeof(LeaseRow));
+	row->found = false;
+	row->slot = d->slot;
+	return row;
 }
 
 /*
- * SettleUnlessFree - read the name's row (the caller holds the name's lock
- * in mode held) and settle the attempt unless the name is free: extend the
- * same owner's live lease, or refuse and release the lock.  GRANT_FREE when
- * a new grant may be made.
+ * GrantPinTags - the pins a grant must hold in DLOCK_GRANT_LOCKMODE before
+ * it writes: that of the slot it writes (for slot 0 always the name's own
+ * lock, also when the slot has no row yet), and that of every other row
+ * whose fenced transactions it must wait for (LeaseRowPinConflicts).  For
+ * an exclusive name that is one lock, as it always was.
  */
-static GrantOutcome
-SettleUnlessFree(LeaseStore *store, const GrantRequest *req, LOCKMODE held,
-				 LeaseRow *row, GrantWait *wait)
+static int
+GrantPinTags(const LeaseName *name, const LeaseRows *rows,
+			 const LeaseDecision *d, const LeaseKind *kind, LOCKTAG **tags)
 {
-	TimestampTz now;
-	TimestampTz until = DT_NOEND;
-	LeaseStatus status;
+	int			count = 0;
 
-	LeaseStoreFetch(store, &req->name, row);
-	now = GetCurrentTimestamp();
-	status = LeaseStatusNow(row, now, &until);
-
-	if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
+	*tags = palloc(sizeof(LOCKTAG) * (rows->count + 1));
+	if (d->target >= 0)
+		PinLockTag(&(*tags)[count++], name, &rows->row[d->target]);
+	else if (d->slot == 0)
 	{
-		ExtendLease(store, &req->name, row, req->ttl_us, req->value, now);
-		LeaseStoreClose(store);
-		return GRANT_DONE;
+		LeaseRow	first = {0};
+
+		PinLockTag(&(*tags)[count++], name, &first);
 	}
-	if (status != LEASE_FREE)
-		return Refusal(store, &req->name, held, status, row, until, wait);
-	return GRANT_FREE;
+	for (int i = 0; i < rows->count; i++)
+	{
+		if (i != d->target && LeaseRowPinConflicts(&rows->row[i], kind))
+			PinLockTag(&(*tags)[count++], name, &rows->row[i]);
+	}
+	return count;
+}
+
+/*
+ * GrantPinsTake - take the grant's pins (GrantPinTags) without waiting;
+ * false, holding none of them, with *busy the one that was not available
+ */
+bool
+GrantPinsTake(const LeaseName *name, const LeaseRows *rows,
+			  const LeaseDecision *d, const LeaseKind *kind, LOCKTAG *busy)
+{
+	LOCKTAG    *tags;
+	int			count = GrantPinTags(name, rows, d, kind, &tags);
+
+	for (int i = 0; i < count; i++)
+	{
+		if (!LockAcquireWithin(&tags[i], DLOCK_GRANT_LOCKMODE, NoWait))
+		{
+			*busy = tags[i];
+			while (--i >= 0)
+				LockRelease(&tags[i], DLOCK_GRANT_LOCKMODE, false);
+			pfree(tags);
+			return false;
+		}
+	}
+	pfree(tags);
+	return true;
+}
+
+/*
+ * GrantPinsRelease - give back the pins that GrantPinsTake took, when the
+ * grant is not made after all (a set that another name holds up)
+ */
+void
+GrantPinsRelease(const LeaseName *name, const LeaseRows *rows,
+				 const LeaseDecision *d, const LeaseKind *kind)
+{
+	LOCKTAG    *tags;
+	int			count = GrantPinTags(name, rows, d, kind, &tags);
+
+	for (int i = 0; i < count; i++)
+		LockRelease(&tags[i], DLOCK_GRANT_LOCKMODE, false);
+	pfree(tags);
 }
 
 /*
  * AttemptGrant - one attempt to grant or extend a lease
  *
  * Lock waits (for a transaction that is changing the name, or one that
- * fenced a write under the previous token) happen in the lock manager
- * within limit; GRANT_BUSY when they do not end in time.  GRANT_HELD and
- * GRANT_DELAYED say, in *wait, until when the name is not grantable.  With
- * extend_only, only the same owner's live lease is extended.
+ * fenced a write under a token the grant must wait for) happen in the lock
+ * manager within limit; GRANT_BUSY when they do not end in time.
+ * GRANT_HELD and GRANT_DELAYED say, in *wait, until when the name is not
+ * grantable.  With extend_only, only the same owner's live lease is
+ * extended.
  */
 static GrantOutcome
 AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 			 LeaseRow *row, GrantWait *wait)
 {
-	LeaseStore	store;
 	const LeaseName *name = &req->name;
-	GrantOutcome outcome;
 
-	if (!NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, limit))
-		return GRANT_BUSY;
-
-	LeaseStoreOpen(&store, RowExclusiveLock);
-	outcome = SettleUnlessFree(&store, req, DLOCK_CHANGE_LOCKMODE, row, wait);
-	if (outcome != GRANT_FREE)
-		return outcome;
-	if (extend_only)
+	for (;;)
 	{
-		NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
-		LeaseStoreClose(&store);
-		return GRANT_QUEUED;
-	}
+		LeaseStore	store;
+		LeaseRows	rows;
+		LeaseDecision d;
+		TimestampTz now;
+		LOCKTAG		busy;
 
-	/* Grantable, once transactions fenced under the old token are done */
-	if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, NoWait))
-	{
+		if (!NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, limit))
+			return GRANT_BUSY;
+
+		LeaseStoreOpen(&store, RowExclusiveLock);
+		LeaseStoreFetchAll(&store, name, &rows);
+		now = GetCurrentTimestamp();
+		LeaseDecide(name, &rows, &req->kind, req->owner, now, &d);
+		if (d.mine >= 0)
+		{
+			*row = rows.row[d.mine];
+			ExtendLease(&store, name, row, req->ttl_us, req->value, now);
+			LeaseStoreClose(&store);
+			return GRANT_DONE;
+		}
+		if (d.status != LEASE_FREE || extend_only)
+		{
+			NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
+			LeaseStoreClose(&store);
+			wait->until = d.until;
+			wait->session_token = d.session_token;
+			if (d.status == LEASE_FREE)
+				return GRANT_QUEUED;
+			return d.status == LEASE_LIVE ? GRANT_HELD : GRANT_DELAYED;
+		}
+
+		/* Grantable, once the transactions fenced under old tokens are done */
+		if (GrantPinsTake(name, &rows, &d, &req->kind, &busy))
+		{
+			*row = *GrantTargetRow(&rows, &d);
+			GrantNewLease(&store, req, row);
+			LeaseStoreClose(&store);
+			return GRANT_DONE;
+		}
+
 		/*
-		 * Wait without holding the change lock, so that a fenced transaction
-		 * that renews or releases before it commits cannot deadlock with us.
-		 * Others may act meanwhile: read the row again.
+		 * Wait for that pin without holding the change lock, so that a
+		 * fenced transaction that renews or releases before it commits
+		 * cannot deadlock with us, then look again: others may have acted
+		 * meanwhile.
 		 */
 		NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
-		if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, limit))
-		{
-			LeaseStoreClose(&store);
+		LeaseStoreClose(&store);
+		if (!LockAcquireWithin(&busy, DLOCK_GRANT_LOCKMODE, limit))
 			return GRANT_BUSY;
-		}
-		outcome = SettleUnlessFree(&store, req, DLOCK_GRANT_LOCKMODE, row, wait);
-		if (outcome != GRANT_FREE)
-			return outcome;
+		LockRelease(&busy, DLOCK_GRANT_LOCKMODE, false);
 	}
-
-	GrantNewLease(&store, req, row);
-	LeaseStoreClose(&store);
-	return GRANT_DONE;
 }
 
 static void
 GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req,
 				int lock_delay_argno, int session_bound_argno, int value_argno,
-				int queue_argno)
+				int queue_argno, int shared_argno)
 {
 	ArgGetName(fcinfo, 0, &req->name);
 	req->ttl_us = ArgGetTTL(fcinfo, 1);
@@ -349,6 +409,7 @@ GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req,
 		ArgGetBool(fcinfo, queue_argno, "queue");
 	if (req->queue)
 		PlacesRequire();
+	ArgGetKind(fcinfo, shared_argno, shared_argno + 1, &req->kind);
 }
 
 /*
@@ -370,7 +431,7 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 	GrantWait	wait;
 	GrantOutcome outcome;
 
-	GetGrantRequest(fcinfo, &req, 3, 4, 5, 6);
+	GetGrantRequest(fcinfo, &req, 3, 4, 5, 6, 7);
 	CheckLeasesWritable("dlock.try_acquire");
 
 	if (req.queue)
@@ -520,7 +581,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	TimestampTz wait_start = 0;
 	uint64		arrival;
 
-	GetGrantRequest(fcinfo, &req, 4, 5, 6, -1);
+	GetGrantRequest(fcinfo, &req, 4, 5, 6, -1, 7);
 	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
 	CheckLeasesWritable("dlock.acquire");
 
@@ -603,8 +664,9 @@ dlock_acquire(PG_FUNCTION_ARGS)
 }
 
 /*
- * FetchHeldLease - lock a name for a change and read its row; true if
- * owner holds it live (and may act as the holder's role)
+ * FetchHeldLease - lock a name for a change and read its rows; true if
+ * owner holds one of them live (and may act as the holder's role): that
+ * lease is *row
  *
  * When it returns false the lock is already given back.
  */
@@ -612,15 +674,28 @@ bool
 FetchHeldLease(LeaseStore *store, const LeaseName *name, const char *owner,
 			   LeaseRow *row, TimestampTz *now)
 {
+	LeaseRows	rows;
+	const LeaseRow *lost = NULL;
+
 	NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, WaitForever);
 	LeaseStoreOpen(store, RowExclusiveLock);
-	LeaseStoreFetch(store, name, row);
+	LeaseStoreFetchAll(store, name, &rows);
 	*now = GetCurrentTimestamp();
-	if (LeaseIsLive(row, *now) && IsSameHolder(row, owner))
-		return true;
+	for (int i = 0; i < rows.count; i++)
+	{
+		if (!IsSameHolder(&rows.row[i], owner))
+			continue;
+		if (LeaseIsLive(&rows.row[i], *now))
+		{
+			*row = rows.row[i];
+			return true;
+		}
+		if (lost == NULL || rows.row[i].token > lost->token)
+			lost = &rows.row[i];
+	}
 	/* The holder finds its lease lost: counted once per token */
-	if (dlock_stats_counting && row->found && IsSameHolder(row, owner))
-		DlockStatsHolderLost(name, row, *now);
+	if (dlock_stats_counting && lost != NULL)
+		DlockStatsHolderLost(name, lost, *now);
 	NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
 	LeaseStoreClose(store);
 	return false;
@@ -713,45 +788,52 @@ dlock_release(PG_FUNCTION_ARGS)
 /*
  * dlock_force_release - SQL function dlock.force_release(name)
  *
- * Ends a live lease whoever holds it, for a role that may act as the
- * holder's role.  False when there is no live lease.
+ * Ends every live lease of the name whoever holds it, for a role that may
+ * act as each holder's role (or ends none).  False when none is live.
  */
 Datum
 dlock_force_release(PG_FUNCTION_ARGS)
 {
 	LeaseName	name;
 	LeaseStore	store;
-	LeaseRow	row;
+	LeaseRows	rows;
 	TimestampTz now;
+	bool		ended = false;
 
 	ArgGetName(fcinfo, 0, &name);
 	CheckLeasesWritable("dlock.force_release");
 
 	NameLockAcquire(&name, DLOCK_CHANGE_LOCKMODE, WaitForever);
 	LeaseStoreOpen(&store, RowExclusiveLock);
-	LeaseStoreFetch(&store, &name, &row);
+	LeaseStoreFetchAll(&store, &name, &rows);
 	now = GetCurrentTimestamp();
 
-	if (!LeaseIsLive(&row, now))
+	for (int i = 0; i < rows.count; i++)
 	{
+		const LeaseRow *row = &rows.row[i];
+
+		if (LeaseIsLive(row, now) && !MayActFor(row->holder_role))
+		{
+			char	   *holder = GetUserNameFromId(row->holder_role, true);
+
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to force-release lease \"%.*s\"",
+							name.len, name.data),
+					 errdetail("Only roles with the privileges of role \"%s\" may end its leases.",
+							   holder ? holder : "(dropped role)")));
+		}
+	}
+	for (int i = 0; i < rows.count; i++)
+	{
+		if (!LeaseIsLive(&rows.row[i], now))
+			continue;
+		EndLease(&store, &name, &rows.row[i], now, LEASE_END_FORCE_RELEASED);
+		DlockStatsCount(&name, DLOCK_STAT_FORCE_RELEASE);
+		ended = true;
+	}
+	if (!ended)
 		NameLockRelease(&name, DLOCK_CHANGE_LOCKMODE);
-		LeaseStoreClose(&store);
-		PG_RETURN_BOOL(false);
-	}
-	if (!MayActFor(row.holder_role))
-	{
-		char	   *holder = GetUserNameFromId(row.holder_role, true);
-
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to force-release lease \"%.*s\"",
-						name.len, name.data),
-				 errdetail("Only roles with the privileges of role \"%s\" may end its leases.",
-						   holder ? holder : "(dropped role)")));
-	}
-
-	EndLease(&store, &name, &row, now, LEASE_END_FORCE_RELEASED);
-	DlockStatsCount(&name, DLOCK_STAT_FORCE_RELEASE);
 	LeaseStoreClose(&store);
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(ended);
 }

@@ -76,6 +76,7 @@ typedef struct SetWait
 	TimestampTz until;			/* GRANT_HELD/DELAYED: no earlier change
 								 * without a release */
 	int			busy;			/* GRANT_BUSY: the name whose lock was busy */
+	LOCKTAG		busy_tag;		/* ... that lock */
 	LOCKMODE	busy_mode;		/* ... and in which mode */
 	int			blocker;		/* GRANT_HELD/DELAYED: a name not grantable */
 } SetWait;
@@ -111,6 +112,8 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 	bool		all_mine = true;
 	bool		blocked = false;
 	int64		token;
+	LeaseRows  *rows = palloc(sizeof(LeaseRows) * req->count);
+	LeaseDecision *decided = palloc(sizeof(LeaseDecision) * req->count);
 
 	for (int i = 0; i < req->count; i++)
 	{
@@ -118,35 +121,36 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 		{
 			ReleaseNameLocks(req, i, DLOCK_CHANGE_LOCKMODE);
 			wait->busy = i;
+			DlockLockTag(&wait->busy_tag, DLOCK_SPACE_NAME, req->names[i].hash);
 			wait->busy_mode = DLOCK_CHANGE_LOCKMODE;
 			return GRANT_BUSY;
 		}
 	}
 
+	/* Each name as a single exclusive request would find it */
 	LeaseStoreOpen(&store, RowExclusiveLock);
 	now = GetCurrentTimestamp();
 	wait->until = 0;
 	for (int i = 0; i < req->count; i++)
 	{
-		LeaseRow   *row = &req->rows[i];
-		TimestampTz until = DT_NOEND;
-		LeaseStatus status;
+		LeaseDecision *d = &decided[i];
 
-		LeaseStoreFetch(&store, &req->names[i], row);
-		status = LeaseStatusNow(row, now, &until);
-		if (status == LEASE_LIVE && IsSameHolder(row, req->owner))
+		LeaseStoreFetchAll(&store, &req->names[i], &rows[i]);
+		LeaseDecide(&req->names[i], &rows[i], &ExclusiveKind, req->owner, now, d);
+		if (d->mine >= 0)
 		{
 			/* The owner's own lease: extended, or taken into the set */
-			if (row->token != req->rows[0].token)
+			req->rows[i] = rows[i].row[d->mine];
+			if (req->rows[i].token != req->rows[0].token)
 				all_mine = false;
 			continue;
 		}
 		all_mine = false;
-		if (status != LEASE_FREE)
+		if (d->status != LEASE_FREE)
 		{
 			blocked = true;
 			wait->blocker = i;
-			wait->until = Max(wait->until, until);
+			wait->until = Max(wait->until, d->until);
 		}
 	}
 
@@ -165,12 +169,27 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 		return blocked ? GRANT_HELD : GRANT_QUEUED;
 	}
 
-	/* All grantable, once the transactions fenced under old tokens end */
+	/*
+	 * All grantable, once the transactions fenced under old tokens end.  A
+	 * name the owner holds under another token is taken into the set: its
+	 * own row is written, with the set's token.
+	 */
 	for (int i = 0; i < req->count; i++)
 	{
-		if (!NameLockAcquire(&req->names[i], DLOCK_GRANT_LOCKMODE, NoWait))
+		LeaseDecision *d = &decided[i];
+
+		if (d->mine >= 0)
 		{
-			ReleaseNameLocks(req, i, DLOCK_GRANT_LOCKMODE);
+			d->status = LEASE_FREE;
+			d->target = d->mine;
+			d->slot = rows[i].row[d->mine].slot;
+		}
+		if (!GrantPinsTake(&req->names[i], &rows[i], d, &ExclusiveKind,
+						   &wait->busy_tag))
+		{
+			for (int j = 0; j < i; j++)
+				GrantPinsRelease(&req->names[j], &rows[j], &decided[j],
+								 &ExclusiveKind);
 			ReleaseNameLocks(req, req->count, DLOCK_CHANGE_LOCKMODE);
 			LeaseStoreClose(&store);
 			wait->busy = i;
@@ -190,6 +209,9 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 		grant.lock_delay_us = req->lock_delay_us;
 		grant.session_bound = false;
 		grant.value = NULL;
+		grant.queue = false;
+		grant.kind = ExclusiveKind;
+		req->rows[i] = *GrantTargetRow(&rows[i], &decided[i]);
 		GrantLeaseWithToken(&store, &grant, &req->rows[i], token);
 	}
 	LeaseStoreClose(&store);
@@ -381,9 +403,9 @@ dlock_acquire_all(PG_FUNCTION_ARGS)
 		if (outcome == GRANT_BUSY)
 		{
 			/* Wait for that one lock alone, holding no other name lock */
-			if (!NameLockAcquire(&req.names[wait.busy], wait.busy_mode, limit))
+			if (!LockAcquireWithin(&wait.busy_tag, wait.busy_mode, limit))
 				break;
-			NameLockRelease(&req.names[wait.busy], wait.busy_mode);
+			LockRelease(&wait.busy_tag, wait.busy_mode, false);
 		}
 		else
 			SleepUntil(wait.until, limit);

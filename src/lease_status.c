@@ -75,6 +75,32 @@
  * Whether a grant must also wait for others queued for the name is the
  * queue's business (waiting.c), not the state's.
  *
+ * Several holders.  Every row above is one holder's lease, in one slot of
+ * the name, and has a kind: exclusive (shared false, max_holders 1),
+ * shared (shared true, max_holders 1), or a permit of a counting semaphore
+ * (shared false, max_holders > 1).  A request of some kind looks at all of
+ * the name's rows at once (LeaseDecide):
+ *
+ *    a row that is ...             exclusive     shared        semaphore N
+ *    free (grantable now)          its slot may be reused by any request
+ *    live or delayed, same kind    refused       shares        takes 1 of N
+ *    live or delayed, other kind   refused       refused       refused
+ *    live, other max_holders       error 22023 (the request must name the
+ *                                  live holders' limit)
+ *    live, same owner              SAME+ of that row; error 22023 when the
+ *                                  request is of another kind
+ *
+ * So at any moment either one exclusive lease is live and no other lease,
+ * or only shared leases are (at most DLOCK_MAX_HOLDERS), or at most N
+ * permits of one semaphore.  A grant goes into the lowest free slot below
+ * its limit (1 for exclusive, N, DLOCK_MAX_HOLDERS); slots are reused, so a
+ * name has no more rows than it ever had holders at once.  Before a grant
+ * commits, the transactions that fenced the token of the slot it writes,
+ * and those that fenced any row of another kind, must have ended
+ * (LeaseRowPinConflicts): a fenced shared token holds off exclusive grants
+ * and not shared ones, and a semaphore's live permits plus the ended ones
+ * still fenced are never more than N.
+ *
  * End reasons are stored as text in dlock.lease_state.end_reason
  * ('released', 'force_released'; NULL while the lease has not ended):
  * LeaseEndReasonText() and LeaseEndReasonFromText() are the only mapping.
@@ -277,8 +303,183 @@ LeaseStatusAt(const LeaseRow *row, TimestampTz now, bool holder_alive,
 	return lease.status;
 }
 
+/*
+ * KindText - a kind as messages name it
+ */
+static const char *
+KindText(const LeaseKind *kind)
+{
+	if (kind->shared)
+		return "a shared lease";
+	if (kind->max_holders == 1)
+		return "an exclusive lease";
+	return psprintf("a permit of a semaphore of %d", kind->max_holders);
+}
+
+/*
+ * LeaseDecide - what a request of kind by owner may do with the rows of a
+ * name at time now: extend the owner's own live lease (mine), be granted
+ * into a slot (LEASE_FREE), or wait (LEASE_LIVE or LEASE_DELAYED, until);
+ * changes nothing
+ *
+ * This is the table of several holders in the banner, in code.  A request
+ * that contradicts the live leases is an error (22023), raised before
+ * anything is written.  owner NULL looks for no own lease.
+ */
+void
+LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
+			const char *owner, TimestampTz now, LeaseDecision *d)
+{
+	bool		exclusive = LeaseKindExclusive(kind);
+	int32		capacity = kind->shared ? DLOCK_MAX_HOLDERS : kind->max_holders;
+	LeaseClassification *lease = palloc(sizeof(LeaseClassification) *
+										Max(rows->count, 1));
+	int			occupied = 0;
+	bool		blocked = false;
+	bool		blocked_live = false;
+	TimestampTz all_end = 0;
+	TimestampTz first_end = DT_NOEND;
+
+	d->mine = -1;
+	d->slot = -1;
+	d->target = -1;
+	d->until = 0;
+	d->session_token = 0;
+
+	for (int i = 0; i < rows->count; i++)
+	{
+		const LeaseRow *row = &rows->row[i];
+
+		LeaseClassify(row, now, LeaseHolderAlive(row), &lease[i]);
+		if (lease[i].status != LEASE_LIVE || owner == NULL ||
+			!IsSameHolder(row, owner))
+			continue;
+		if (!LeaseKindEqual(&row->kind, kind))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("owner \"%s\" already holds lease \"%.*s\" as another kind of lease",
+							owner, name->len, name->data),
+					 errdetail("It holds %s; the request is for %s.",
+							   KindText(&row->kind), KindText(kind)),
+					 errhint("Release the lease first, or ask for the kind it holds.")));
+		d->mine = i;
+		d->status = LEASE_LIVE;
+		d->until = row->expires_at;
+		pfree(lease);
+		return;
+	}
+
+	for (int i = 0; i < rows->count; i++)
+	{
+		const LeaseRow *row = &rows->row[i];
+
+		if (lease[i].status == LEASE_FREE)
+			continue;
+		if (lease[i].status == LEASE_LIVE &&
+			row->kind.max_holders != kind->max_holders)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_holders %d does not match the live leases of \"%.*s\"",
+							kind->max_holders, name->len, name->data),
+					 errdetail("The live leases of \"%.*s\" have max_holders = %d.",
+							   name->len, name->data, row->kind.max_holders),
+					 errhint("Ask with max_holders => %d, or wait until those leases have ended.",
+							 row->kind.max_holders)));
+		if (exclusive || !LeaseKindEqual(&row->kind, kind))
+		{
+			blocked = true;
+			all_end = Max(all_end, lease[i].until);
+			if (lease[i].status == LEASE_LIVE)
+			{
+				blocked_live = true;
+				if (row->session_bound)
+					d->session_token = row->token;
+			}
+		}
+		else
+		{
+			occupied++;
+			first_end = Min(first_end, lease[i].until);
+		}
+	}
+
+	if (blocked)
+	{
+		d->status = blocked_live ? LEASE_LIVE : LEASE_DELAYED;
+		d->until = all_end;
+	}
+	else if (occupied >= capacity)
+	{
+		d->status = LEASE_LIVE;
+		d->until = first_end;
+	}
+	else
+	{
+		int			i = 0;
+
+		/*
+		 * The lowest slot below the limit that has no row or a free one.
+		 * There is one: fewer than capacity rows are occupied, and rows of
+		 * this kind are only ever written below its limit.
+		 */
+		d->status = LEASE_FREE;
+		for (int32 slot = 0; slot < capacity; slot++)
+		{
+			while (i < rows->count && rows->row[i].slot < slot)
+				i++;
+			if (i < rows->count && rows->row[i].slot == slot)
+			{
+				if (lease[i].status != LEASE_FREE)
+					continue;
+				d->target = i;
+			}
+			d->slot = slot;
+			break;
+		}
+		Assert(d->slot >= 0);
+	}
+	pfree(lease);
+}
+
+/*
+ * LeaseRowPinConflicts - whether a grant of kind must wait for the
+ * transactions that fenced row's token (besides those of the slot it
+ * writes): rows of another kind, and every row for an exclusive grant
+ */
+bool
+LeaseRowPinConflicts(const LeaseRow *row, const LeaseKind *kind)
+{
+	return LeaseKindExclusive(kind) || !LeaseKindEqual(&row->kind, kind);
+}
+
+/*
+ * LeaseRowsNewestLive - the index of the live row with the largest token,
+ * or -1 when none is live; *earliest_expiry is the soonest expiry of the
+ * live rows (the next moment the answer can change without a commit)
+ */
+int
+LeaseRowsNewestLive(const LeaseRows *rows, TimestampTz now,
+					TimestampTz *earliest_expiry)
+{
+	int			newest = -1;
+
+	*earliest_expiry = DT_NOEND;
+	for (int i = 0; i < rows->count; i++)
+	{
+		const LeaseRow *row = &rows->row[i];
+		TimestampTz until;
+
+		if (LeaseStatusNow(row, now, &until) != LEASE_LIVE)
+			continue;
+		*earliest_expiry = Min(*earliest_expiry, until);
+		if (newest < 0 || row->token > rows->row[newest].token)
+			newest = i;
+	}
+	return newest;
+}
+
 /* Columns of dlock.lease_states(), in the order of the view dlock.leases */
-#define LEASE_STATES_COLS	13
+#define LEASE_STATES_COLS	15
 
 PG_FUNCTION_INFO_V1(dlock_lease_states);
 
@@ -365,6 +566,8 @@ dlock_lease_states(PG_FUNCTION_ARGS)
 		nulls[11] = row.holder_pid == 0;
 		values[12] = row.value ? CStringGetTextDatum(row.value) : (Datum) 0;
 		nulls[12] = row.value == NULL;
+		values[13] = BoolGetDatum(row.kind.shared);
+		values[14] = Int32GetDatum(row.kind.max_holders);
 
 		/* Copies the row into the tuplestore's own memory */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -92,9 +92,12 @@
 #define Anum_lease_session_bound 10
 #define Anum_lease_holder_pid	11
 #define Natts_lease_1_0			11
-/* Added by dlock--1.0--1.1.sql */
+/* Added by dlock--1.0--1.1.sql, which also makes the key (name, slot) */
 #define Anum_lease_value		12
-#define Natts_lease				12
+#define Anum_lease_slot			13
+#define Anum_lease_shared		14
+#define Anum_lease_max_holders	15
+#define Natts_lease				15
 
 /*
  * Prune a page when its free space falls below this: room for a few more
@@ -271,6 +274,11 @@ LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode)
 	store->index = index_open(CachedDlockRelation(&lease_index_oid, LEASE_INDEX,
 												  RelationGetRelid(store->heap)),
 							  lockmode);
+	/* The key is (name) before version 1.1, (name, slot) since */
+	if (IndexRelationGetNumberOfKeyAttributes(store->index) !=
+		(store->natts == Natts_lease ? 2 : 1))
+		elog(ERROR, "index \"%s.%s\" does not have the expected shape",
+			 DLOCK_SCHEMA, LEASE_INDEX);
 }
 
 void
@@ -315,8 +323,17 @@ DecodeRow(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
 	row->holder_pid = isnull[Anum_lease_holder_pid - 1] ? 0 :
 		DatumGetInt32(values[Anum_lease_holder_pid - 1]);
 	row->value = NULL;
-	if (store->natts >= Anum_lease_value && !isnull[Anum_lease_value - 1])
-		row->value = TextDatumGetCString(values[Anum_lease_value - 1]);
+	row->slot = 0;
+	row->kind.shared = false;
+	row->kind.max_holders = 1;
+	if (store->natts >= Natts_lease)
+	{
+		if (!isnull[Anum_lease_value - 1])
+			row->value = TextDatumGetCString(values[Anum_lease_value - 1]);
+		row->slot = DatumGetInt32(values[Anum_lease_slot - 1]);
+		row->kind.shared = DatumGetBool(values[Anum_lease_shared - 1]);
+		row->kind.max_holders = DatumGetInt32(values[Anum_lease_max_holders - 1]);
+	}
 }
 
 /*
@@ -349,21 +366,22 @@ FetchFromChain(LeaseStore *store, ItemPointer tid, LeaseRow *row, bool *all_dead
 }
 
 /*
- * LeaseStoreFetch - read the latest committed row of a name
+ * ScanName - visit the latest committed row of each slot of a name, in slot
+ * order, until visit returns false
  *
  * The caller must hold the name's lock in some mode: that is what makes the
- * answer current rather than a guess.  row->found is false when the name has
- * never been granted.
+ * answer current rather than a guess.  visit gets each row in a variable
+ * that the next row overwrites: it copies what it keeps.
  */
-void
-LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
+static void
+ScanName(LeaseStore *store, const LeaseName *name,
+		 bool (*visit) (LeaseRow *row, void *arg), void *arg)
 {
 	ScanKeyData key;
 	IndexScanDesc scan;
 	ItemPointer tid;
+	LeaseRow	row;
 	text	   *key_text = cstring_to_text_with_len(name->data, name->len);
-
-	memset(row, 0, sizeof(LeaseRow));
 
 	/* ScanKeyInit compares under the "C" collation, the column's collation */
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
@@ -372,13 +390,18 @@ LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	scan = index_beginscan(store->heap, store->index, SnapshotSelf, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 
-	/* More than one entry only after a non-HOT update, until VACUUM */
+	/* More than one entry per slot only after a non-HOT update, until VACUUM */
 	while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != NULL)
 	{
 		bool		all_dead = false;
 
-		if (FetchFromChain(store, tid, row, &all_dead))
-			break;
+		memset(&row, 0, sizeof(LeaseRow));
+		if (FetchFromChain(store, tid, &row, &all_dead))
+		{
+			if (!visit(&row, arg))
+				break;
+			continue;
+		}
 		/* Let the index mark an entry that leads only to dead versions */
 		if (!scan->xactStartedInRecovery)
 			scan->kill_prior_tuple = all_dead;
@@ -386,6 +409,67 @@ LeaseStoreFetch(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 
 	index_endscan(scan);
 	pfree(key_text);
+}
+
+static bool
+CollectRow(LeaseRow *row, void *arg)
+{
+	LeaseRows  *rows = (LeaseRows *) arg;
+
+	if (rows->count == rows->space)
+	{
+		rows->space *= 2;
+		rows->row = repalloc(rows->row, sizeof(LeaseRow) * rows->space);
+	}
+	rows->row[rows->count++] = *row;
+	return true;
+}
+
+/*
+ * LeaseStoreFetchAll - the latest committed rows of a name, by slot; none
+ * when the name has never been granted (see ScanName for the lock)
+ */
+void
+LeaseStoreFetchAll(LeaseStore *store, const LeaseName *name, LeaseRows *rows)
+{
+	rows->count = 0;
+	rows->space = 4;
+	rows->row = palloc(sizeof(LeaseRow) * rows->space);
+	ScanName(store, name, CollectRow, rows);
+}
+
+typedef struct TokenSearch
+{
+	int64		token;
+	bool		found;
+	LeaseRow   *row;
+} TokenSearch;
+
+static bool
+MatchToken(LeaseRow *row, void *arg)
+{
+	TokenSearch *search = (TokenSearch *) arg;
+
+	*search->row = *row;
+	search->found = (row->token == search->token);
+	return !search->found;
+}
+
+/*
+ * LeaseStoreFetchToken - the latest committed row of a name that has token
+ * (see ScanName for the lock); false when none has, and then *row is the
+ * name's last row (row->found false when it has none).  An exclusive
+ * lease's row is the name's first, so this reads one row for it.
+ */
+bool
+LeaseStoreFetchToken(LeaseStore *store, const LeaseName *name, int64 token,
+					 LeaseRow *row)
+{
+	TokenSearch search = {token, false, row};
+
+	memset(row, 0, sizeof(LeaseRow));
+	ScanName(store, name, MatchToken, &search);
+	return search.found;
 }
 
 /* A scan of the whole lease table */
@@ -399,7 +483,7 @@ struct LeaseStoreScan
  * LeaseStoreBeginScan - start reading every row of the lease table through
  * snapshot (see LeaseStoreScanNext)
  *
- * Unlike LeaseStoreFetch, this takes no name locks: the rows are what the
+ * Unlike LeaseStoreFetchAll, this takes no name locks: the rows are what the
  * snapshot sees, for callers that only show them.
  */
 LeaseStoreScan *
@@ -444,14 +528,17 @@ LeaseStoreEndScan(LeaseStoreScan *scan)
  */
 static void
 InsertIndexEntry(LeaseStore *store, HeapTuple tuple, Datum name_datum,
-				 bool index_unchanged)
+				 int32 slot, bool index_unchanged)
 {
 	IndexInfo  *index_info = BuildIndexInfo(store->index);
-	Datum		values[1];
-	bool		isnull[1];
+	Datum		values[2];
+	bool		isnull[2];
 
+	/* (name) before version 1.1, (name, slot) since */
 	values[0] = name_datum;
 	isnull[0] = false;
+	values[1] = Int32GetDatum(slot);
+	isnull[1] = false;
 	dlock_index_insert(store->index, values, isnull, &tuple->t_self,
 					   store->heap, UNIQUE_CHECK_YES, index_unchanged,
 					   index_info);
@@ -461,9 +548,9 @@ InsertIndexEntry(LeaseStore *store, HeapTuple tuple, Datum name_datum,
 /*
  * LeaseStoreWrite - store a row as the name's new committed-to-be state
  *
- * Updates the row in place when row->found (the tid from LeaseStoreFetch),
- * inserts it otherwise; on return row->found and row->tid describe the new
- * version.  The caller holds the name's lock in a mode that excludes other
+ * Updates the row in place when row->found (the tid it was read from),
+ * inserts it into row->slot otherwise; on return row->found and row->tid
+ * describe the new version.  The caller holds the name's lock in a mode that excludes other
  * writers, so the update cannot meet a concurrent one.
  */
 void
@@ -502,16 +589,24 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	values[Anum_lease_session_bound - 1] = BoolGetDatum(row->session_bound);
 	values[Anum_lease_holder_pid - 1] = Int32GetDatum(row->holder_pid);
 	nulls[Anum_lease_holder_pid - 1] = !row->session_bound;
-	if (store->natts >= Anum_lease_value)
+	if (store->natts >= Natts_lease)
 	{
 		nulls[Anum_lease_value - 1] = (row->value == NULL);
 		values[Anum_lease_value - 1] = row->value == NULL ? (Datum) 0 :
 			CStringGetTextDatum(row->value);
+		values[Anum_lease_slot - 1] = Int32GetDatum(row->slot);
+		values[Anum_lease_shared - 1] = BoolGetDatum(row->kind.shared);
+		values[Anum_lease_max_holders - 1] = Int32GetDatum(row->kind.max_holders);
 	}
 	else if (row->value != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("lease values need dlock version 1.1"),
+				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
+	else if (!LeaseKindExclusive(&row->kind))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("shared leases and semaphores need dlock version 1.1"),
 				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
 
 	tuple = heap_form_tuple(RelationGetDescr(store->heap), values, nulls);
@@ -519,12 +614,14 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	if (row->found)
 	{
 		if (dlock_simple_heap_update(store->heap, &row->tid, tuple))
-			InsertIndexEntry(store, tuple, PointerGetDatum(name_text), true);
+			InsertIndexEntry(store, tuple, PointerGetDatum(name_text),
+							 row->slot, true);
 	}
 	else
 	{
 		simple_heap_insert(store->heap, tuple);
-		InsertIndexEntry(store, tuple, PointerGetDatum(name_text), false);
+		InsertIndexEntry(store, tuple, PointerGetDatum(name_text), row->slot,
+						 false);
 	}
 
 	row->found = true;
@@ -540,7 +637,7 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
  * returned, as a LeaseRow; returns the name (palloc'd)
  *
  * What a scan returns is a candidate only: the caller must take the name's
- * lock and read the row again with LeaseStoreFetch before acting on it.
+ * lock and read the rows again with LeaseStoreFetchAll before acting on it.
  */
 text *
 LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
@@ -555,9 +652,9 @@ LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
 }
 
 /*
- * LeaseStoreDelete - delete a name's row (dlock.purge())
+ * LeaseStoreDelete - delete a row of a name (dlock.purge())
  *
- * row is what LeaseStoreFetch returned under the name's lock, which the
+ * row is what LeaseStoreFetchAll returned under the name's lock, which the
  * caller holds in DLOCK_GRANT_LOCKMODE until the end of its transaction, so
  * no other transaction reads the row to act on it, or writes it, before the
  * delete has committed or rolled back.  The index entry stays, for VACUUM

@@ -198,7 +198,22 @@ NameLockRelease(const LeaseName *name, LOCKMODE mode)
 }
 
 /*
- * NameLockAcquireForTransaction - like NameLockAcquire(wait = true), but
+ * PinLockTag - the tag whose DLOCK_FENCE_LOCKMODE lock pins the token of a
+ * row: the name's own lock for slot 0 (so an exclusive lease pins with one
+ * lock, as it always did), the token's tag for the other slots, so that the
+ * pins of shared leases and permits do not hold up grants of other slots
+ */
+void
+PinLockTag(LOCKTAG *tag, const LeaseName *name, const LeaseRow *row)
+{
+	if (row->slot == 0)
+		SetNameLockTag(tag, name);
+	else
+		DlockLockTag(tag, DLOCK_SPACE_TOKEN, (uint64) row->token);
+}
+
+/*
+ * LockAcquireForTransaction - take a lock, waiting as long as it takes,
  * owned by the top-level transaction
  *
  * dlock.fence() promises that its pin lasts until the transaction ends; a
@@ -207,17 +222,15 @@ NameLockRelease(const LeaseName *name, LOCKMODE mode)
  * write it allowed may already be part of the parent.
  */
 bool
-NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode)
+LockAcquireForTransaction(const LOCKTAG *tag, LOCKMODE mode)
 {
 	ResourceOwner saved = CurrentResourceOwner;
-	LOCKTAG		tag;
 	bool		acquired;
 
-	SetNameLockTag(&tag, name);
 	CurrentResourceOwner = TopTransactionResourceOwner;
 	PG_TRY();
 	{
-		acquired = LockAcquire(&tag, mode, false, false) != LOCKACQUIRE_NOT_AVAIL;
+		acquired = LockAcquire(tag, mode, false, false) != LOCKACQUIRE_NOT_AVAIL;
 	}
 	PG_FINALLY();
 	{
@@ -229,22 +242,40 @@ NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode)
 }
 
 /*
- * NameLockReleaseForTransaction - release a lock taken by
- * NameLockAcquireForTransaction (the lock manager matches the owner)
+ * LockReleaseForTransaction - release a lock taken by
+ * LockAcquireForTransaction (the lock manager matches the owner)
  */
 void
-NameLockReleaseForTransaction(const LeaseName *name, LOCKMODE mode)
+LockReleaseForTransaction(const LOCKTAG *tag, LOCKMODE mode)
 {
 	ResourceOwner saved = CurrentResourceOwner;
 
 	CurrentResourceOwner = TopTransactionResourceOwner;
 	PG_TRY();
 	{
-		NameLockRelease(name, mode);
+		LockRelease(tag, mode, false);
 	}
 	PG_FINALLY();
 	{
 		CurrentResourceOwner = saved;
 	}
 	PG_END_TRY();
+}
+
+bool
+NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	SetNameLockTag(&tag, name);
+	return LockAcquireForTransaction(&tag, mode);
+}
+
+void
+NameLockReleaseForTransaction(const LeaseName *name, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	SetNameLockTag(&tag, name);
+	LockReleaseForTransaction(&tag, mode);
 }

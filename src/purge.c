@@ -142,33 +142,71 @@ HeldByThisTransaction(const LeaseName *name)
 }
 
 /*
- * PurgeName - delete the row of a candidate that the scan found, if it may
- * be purged; true if it was deleted, in which case the name's lock stays
- * held until the end of the transaction
+ * TakePin - the pin of a row of a slot other than 0 in
+ * DLOCK_GRANT_LOCKMODE, without waiting: proof that no other transaction
+ * has fenced its token; false also when this transaction has
+ */
+static bool
+TakePin(const LeaseName *name, const LeaseRow *row, LOCKTAG *pin)
+{
+	PinLockTag(pin, name, row);
+	if (dlock_lock_held_by_me(pin, DLOCK_FENCE_LOCKMODE))
+		return false;
+	return LockAcquireWithin(pin, DLOCK_GRANT_LOCKMODE, NoWait);
+}
+
+/*
+ * PurgeName - delete the rows of a candidate that the scan found, if it may
+ * be purged: every row of the name (one per slot) must be; true if they
+ * were deleted, in which case the name's lock and the pins of its other
+ * slots stay held until the end of the transaction
  */
 static bool
 PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff)
 {
-	LeaseRow	row;
-	TimestampTz until;
+	LeaseRows	rows;
+	LOCKTAG    *pins;
+	int			pinned = 0;
+	bool		purge;
+	TimestampTz now;
 
 	if (HeldByThisTransaction(name))
 		return false;
 	if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, NoWait))
 		return false;
-
-	if (QueueIsEmpty(name))
+	if (!QueueIsEmpty(name))
 	{
-		LeaseStoreFetch(store, name, &row);
-		if (row.found &&
-			LeaseEndMoment(&row) <= cutoff &&
-			LeaseStatusNow(&row, GetCurrentTimestamp(), &until) == LEASE_FREE)
+		NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
+		return false;
+	}
+
+	LeaseStoreFetchAll(store, name, &rows);
+	pins = palloc(sizeof(LOCKTAG) * Max(rows.count, 1));
+	now = GetCurrentTimestamp();
+	purge = rows.count > 0;
+	for (int i = 0; i < rows.count && purge; i++)
+	{
+		const LeaseRow *row = &rows.row[i];
+		TimestampTz until;
+
+		purge = LeaseEndMoment(row) <= cutoff &&
+			LeaseStatusNow(row, now, &until) == LEASE_FREE;
+		if (purge && row->slot != 0)
 		{
-			LeaseStoreDelete(store, &row);
-			return true;
+			purge = TakePin(name, row, &pins[pinned]);
+			if (purge)
+				pinned++;
 		}
 	}
 
+	if (purge)
+	{
+		for (int i = 0; i < rows.count; i++)
+			LeaseStoreDelete(store, &rows.row[i]);
+		return true;
+	}
+	while (--pinned >= 0)
+		LockRelease(&pins[pinned], DLOCK_GRANT_LOCKMODE, false);
 	NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
 	return false;
 }

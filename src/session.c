@@ -297,7 +297,7 @@ SessionLeasePrune(void)
 			continue;
 		held = SessionLockHeld(entry);
 		LeaseNameInit(&name, entry->name, entry->name_len);
-		LeaseStoreFetch(&store, &name, &row);
+		(void) LeaseStoreFetchToken(&store, &name, entry->token, &row);
 
 		/*
 		 * Keep the lock through the lease's lock-delay: while it is held,

@@ -43,16 +43,19 @@ PG_FUNCTION_INFO_V1(dlock_watch);
 
 /*
  * ReadLiveToken - the name's live token in *token, if a lease is live (then
- * *until is its expiry); false when none is, or (with *busy set) when the
- * name's lock was not available within limit
+ * *until is the soonest expiry of its live leases); false when none is, or
+ * (with *busy set) when the name's lock was not available within limit
+ *
+ * With several holders (shared leases, permits), the live token is the
+ * newest of them.
  */
 static bool
 ReadLiveToken(const LeaseName *name, WaitLimit limit, int64 *token,
 			  TimestampTz *until, bool *busy)
 {
 	LeaseStore	store;
-	LeaseRow	row;
-	LeaseStatus status;
+	LeaseRows	rows;
+	int			newest;
 
 	*busy = false;
 	if (!NameLockAcquire(name, DLOCK_READ_LOCKMODE, limit))
@@ -61,13 +64,13 @@ ReadLiveToken(const LeaseName *name, WaitLimit limit, int64 *token,
 		return false;
 	}
 	LeaseStoreOpen(&store, AccessShareLock);
-	LeaseStoreFetch(&store, name, &row);
-	status = LeaseStatusNow(&row, GetCurrentTimestamp(), until);
+	LeaseStoreFetchAll(&store, name, &rows);
+	newest = LeaseRowsNewestLive(&rows, GetCurrentTimestamp(), until);
 	NameLockRelease(name, DLOCK_READ_LOCKMODE);
 	LeaseStoreClose(&store);
 
-	*token = row.token;
-	return status == LEASE_LIVE;
+	*token = newest >= 0 ? rows.row[newest].token : 0;
+	return newest >= 0;
 }
 
 /* Error context of watch()'s waits */
