@@ -51,9 +51,11 @@ typedef struct RunOptions
 	const char *lock_delay;		/* NULL: server default */
 	const char *value;			/* NULL: publish none */
 	const char *poll;			/* interval text: poll with queue => true */
+	const char *max_holders;	/* integer text: a semaphore permit, or NULL */
 	const char *kill_after;		/* interval text */
 	int			conflict_exit_code;
 	bool		session_bound;
+	bool		shared;			/* a shared lease */
 	char	  **command;		/* NULL-terminated argv of the child */
 } RunOptions;
 

@@ -104,6 +104,10 @@ usage(FILE *out)
 			"                                address), shown in dlock.leases\n"
 			"      --poll=DURATION           wait by polling every DURATION, keeping a place\n"
 			"                                in the queue (behind a transaction pooler)\n"
+			"      --shared                  a shared lease: runs alongside other shared\n"
+			"                                holders, never with an exclusive one\n"
+			"      --max-holders=N           one of at most N holders of the name at once (a\n"
+			"                                counting semaphore)\n"
 			"      --conflict-exit-code=N    exit code when the lease is busy (default 75)\n"
 			"      --kill-after=DURATION     SIGTERM-to-SIGKILL grace (default 10s)\n"
 			"\n"
@@ -174,10 +178,15 @@ cmd_status(const char *dbname, const char *name, bool json)
 							  "       to_char(acquired_at, 'YYYY-MM-DD HH24:MI:SS.MSOF'),"
 							  "       CASE WHEN state = 'live' THEN"
 							  "         round(extract(epoch FROM expires_at - clock_timestamp()), 3)::text END,"
-							  "       coalesce(owner, '')"
-							  "  FROM dlock.leases"
+							  "       coalesce(owner, ''),"
+							  /* the kind columns are there from version 1.1 on */
+							  "       CASE WHEN (to_jsonb(l) ->> 'shared')::boolean THEN 'shared'"
+							  "            WHEN (to_jsonb(l) ->> 'max_holders')::integer > 1"
+							  "            THEN 'semaphore/' || (to_jsonb(l) ->> 'max_holders')"
+							  "            ELSE 'exclusive' END"
+							  "  FROM dlock.leases l"
 							  " WHERE ($1::text IS NULL OR name = $1) AND (state = 'live' OR $1 IS NOT NULL)"
-							  " ORDER BY name",
+							  " ORDER BY name, token",
 							  1, params);
 
 	if (!db_result_ok(res))
@@ -195,6 +204,8 @@ cmd_status(const char *dbname, const char *name, bool json)
 			json_string(PQgetvalue(res, i, 2));
 			printf(", \"state\": ");
 			json_string(PQgetvalue(res, i, 3));
+			printf(", \"kind\": ");
+			json_string(PQgetvalue(res, i, 7));
 			printf(", \"acquired_at\": ");
 			json_string(PQgetvalue(res, i, 4));
 			printf(", \"expires_in_seconds\": %s}",
@@ -204,17 +215,18 @@ cmd_status(const char *dbname, const char *name, bool json)
 	}
 	else
 	{
-		printf("%-30s %10s %-16s %-14s %-30s %s\n",
-			   "NAME", "TOKEN", "HOLDER ROLE", "STATE", "ACQUIRED", "EXPIRES IN");
+		printf("%-30s %10s %-14s %-16s %-14s %-30s %s\n",
+			   "NAME", "TOKEN", "KIND", "HOLDER ROLE", "STATE", "ACQUIRED", "EXPIRES IN");
 		for (int i = 0; i < PQntuples(res); i++)
 		{
 			char		expires[64] = "-";
 
 			if (!PQgetisnull(res, i, 5))
 				snprintf(expires, sizeof(expires), "%ss", PQgetvalue(res, i, 5));
-			printf("%-30s %10s %-16s %-14s %-30s %s\n",
-				   PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
-				   PQgetvalue(res, i, 3), PQgetvalue(res, i, 4), expires);
+			printf("%-30s %10s %-14s %-16s %-14s %-30s %s\n",
+				   PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 7),
+				   PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
+				   expires);
 		}
 	}
 	PQclear(res);
@@ -245,7 +257,8 @@ cmd_release(const char *dbname, const char *name, const char *owner, bool force)
 enum
 {
 	OPT_TTL = 256, OPT_WAIT, OPT_OWNER, OPT_LOCK_DELAY, OPT_SESSION_BOUND,
-	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON, OPT_VALUE, OPT_POLL
+	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON, OPT_VALUE, OPT_POLL, OPT_SHARED,
+	OPT_MAX_HOLDERS
 };
 
 int
@@ -266,6 +279,8 @@ main(int argc, char **argv)
 		{"json", no_argument, NULL, OPT_JSON},
 		{"value", required_argument, NULL, OPT_VALUE},
 		{"poll", required_argument, NULL, OPT_POLL},
+		{"shared", no_argument, NULL, OPT_SHARED},
+		{"max-holders", required_argument, NULL, OPT_MAX_HOLDERS},
 		{NULL, 0, NULL, 0}
 	};
 	RunOptions	run = {
@@ -349,6 +364,12 @@ main(int argc, char **argv)
 				break;
 			case OPT_VALUE:
 				run.value = optarg;
+				break;
+			case OPT_SHARED:
+				run.shared = true;
+				break;
+			case OPT_MAX_HOLDERS:
+				run.max_holders = optarg;
 				break;
 			case OPT_POLL:
 				run.poll = optarg;

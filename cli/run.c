@@ -717,6 +717,35 @@ took_lease(PGresult *res, double sent_at, const RunOptions *opts, Lease *lease)
 }
 
 /*
+ * lease_arguments - the named arguments of try_acquire or acquire that
+ * were asked for, appended to params (from *nparams on) and to sql, so
+ * that a server at version 1.0, which lacks them, still works when they
+ * are not used
+ */
+static void
+lease_arguments(const RunOptions *opts, char *sql, size_t size,
+				const char **params, int *nparams)
+{
+	size_t		len = strlen(sql);
+
+	if (opts->value != NULL)
+	{
+		params[(*nparams)++] = opts->value;
+		len += snprintf(sql + len, size - len, ", value => $%d", *nparams);
+	}
+	if (opts->shared)
+	{
+		params[(*nparams)++] = "true";
+		len += snprintf(sql + len, size - len, ", shared => $%d::boolean", *nparams);
+	}
+	if (opts->max_holders != NULL)
+	{
+		params[(*nparams)++] = opts->max_holders;
+		snprintf(sql + len, size - len, ", max_holders => $%d::integer", *nparams);
+	}
+}
+
+/*
  * acquire_by_polling - take the lease with try_acquire(..., queue => true)
  * every poll_s until wait_deadline, holding no server connection between
  * polls (behind a transaction pooler); the place in the queue is given up
@@ -728,10 +757,15 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 {
 	for (;;)
 	{
-		const char *params[7] = {
+		const char *params[9] = {
 			opts->name, opts->ttl, lease->owner, opts->lock_delay,
-			opts->session_bound ? "true" : "false", opts->value, NULL
+			opts->session_bound ? "true" : "false"
 		};
+		int			nparams = 5;
+		char		sql[512] = "SELECT owner, token, expires_at,"
+			"       extract(epoch FROM expires_at - clock_timestamp())"
+			"  FROM dlock.try_acquire($1, $2::interval, $3, $4::interval,"
+			"                         $5::boolean, queue => true";
 		double		sent_at;
 		PGresult   *res;
 		QueryOutcome outcome;
@@ -752,14 +786,11 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 				return EXIT_UNAVAILABLE;
 			}
 		}
+		lease_arguments(opts, sql, sizeof(sql), params, &nparams);
+		strncat(sql, ") WHERE token IS NOT NULL", sizeof(sql) - strlen(sql) - 1);
 		sent_at = now_s();
-		outcome = query_until(*conn,
-							  "SELECT owner, token, expires_at,"
-							  "       extract(epoch FROM expires_at - clock_timestamp())"
-							  "  FROM dlock.try_acquire($1, $2::interval, $3, $4::interval,"
-							  "                         $5::boolean, $6, queue => true)"
-							  " WHERE token IS NOT NULL",
-							  6, params, now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, &res);
+		outcome = query_until(*conn, sql, nparams, params,
+							  now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, &res);
 		if (outcome == QUERY_DONE && db_result_ok(res) && PQntuples(res) == 1)
 		{
 			took_lease(res, sent_at, opts, lease);
@@ -803,10 +834,15 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 	for (;;)
 	{
 		char		timeout[64];
-		const char *params[7] = {
+		const char *params[9] = {
 			opts->name, opts->ttl, lease->owner, NULL, opts->lock_delay,
-			opts->session_bound ? "true" : "false", opts->value
+			opts->session_bound ? "true" : "false"
 		};
+		int			nparams = 6;
+		char		sql[512] = "SELECT owner, token, expires_at,"
+			"       extract(epoch FROM expires_at - clock_timestamp())"
+			"  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
+			"                     $5::interval, $6::boolean";
 		double		sent_at;
 		PGresult   *res;
 		QueryOutcome outcome;
@@ -839,18 +875,10 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 					 fmax(0, wait_deadline - now_s()));
 			params[3] = timeout;
 		}
+		lease_arguments(opts, sql, sizeof(sql), params, &nparams);
+		strncat(sql, ")", sizeof(sql) - strlen(sql) - 1);
 		sent_at = now_s();
-		/* value only when given, so that a server at version 1.0 works */
-		outcome = query_until(*conn, opts->value == NULL ?
-							  "SELECT owner, token, expires_at,"
-							  "       extract(epoch FROM expires_at - clock_timestamp())"
-							  "  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
-							  "                     $5::interval, $6::boolean)" :
-							  "SELECT owner, token, expires_at,"
-							  "       extract(epoch FROM expires_at - clock_timestamp())"
-							  "  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
-							  "                     $5::interval, $6::boolean, $7)",
-							  opts->value == NULL ? 6 : 7, params,
+		outcome = query_until(*conn, sql, nparams, params,
 							  wait_deadline + ANSWER_GRACE_S, 0, true, &res);
 
 		if (outcome == QUERY_SIGNALLED)

@@ -124,6 +124,33 @@ is("$rc $out", "0 second\n", 'with --wait the second run waits and then runs');
 $first->finish;
 is($first->full_result >> 8, 0, 'the first run ended normally');
 
+note 'shared runs and a semaphore';
+my @readers = map { IPC::Run::start([ $dlock, 'run', 'readers', '--shared', '--', 'sleep', '3' ]) } 1 .. 2;
+$node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM dlock.leases
+		WHERE name = 'readers' AND state = 'live' AND shared})
+  or die 'shared runs did not start';
+($rc) = run_dlock('run', 'readers', '--', 'true');
+is($rc, 75, 'an exclusive run is refused while shared runs hold the name');
+($rc, $out) = run_dlock('run', 'readers', '--shared', '--', 'sh', '-c', 'echo $DLOCK_TOKEN');
+like($out, qr/^\d+$/, 'a third shared run runs alongside them, with its own token');
+($rc, $out) = run_dlock('status', 'readers');
+like($out, qr/readers\s+\d+\s+shared\s/, 'status shows the kind');
+($rc, $out) = run_dlock('run', 'readers', '--wait', '30s', '--', 'echo', 'writer');
+is("$rc $out", "0 writer\n", 'an exclusive run with --wait runs once the shared runs end');
+$_->finish for @readers;
+my @permits = map { IPC::Run::start([ $dlock, 'run', 'permits', '--max-holders', '2', '--', 'sleep', '3' ]) } 1 .. 2;
+$node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM dlock.leases
+		WHERE name = 'permits' AND state = 'live' AND max_holders = 2})
+  or die 'semaphore runs did not start';
+($rc) = run_dlock('run', 'permits', '--max-holders', '2', '--', 'true');
+is($rc, 75, 'a third run of a semaphore of 2 gets the conflict exit code');
+($rc, $out, $err) = run_dlock('run', 'permits', '--max-holders', '3', '--', 'true');
+is($rc, 64, 'a run with another max_holders is refused as bad arguments');
+like($err, qr/max_holders = 2/, '... naming the live limit');
+($rc, $out) = run_dlock('run', 'permits', '--max-holders', '2', '--wait', '30s', '--', 'echo', 'third');
+is("$rc $out", "0 third\n", 'with --wait it runs once a permit is free');
+$_->finish for @permits;
+
 note 'a signal ends a wait for the lease at once';
 foreach my $sig ([ 'TERM', 15 ], [ 'INT', 2 ])
 {
@@ -355,7 +382,7 @@ like($rs_err, qr/reconnected/, 'having reconnected');
 note 'status, release, force-release';
 $node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
 ($rc, $out) = run_dlock('status');
-like($out, qr/^manual\s+\d+\s+\S+\s+live/m, 'status lists live leases');
+like($out, qr/^manual\s+\d+\s+exclusive\s+\S+\s+live/m, 'status lists live leases');
 ($rc, $out) = run_dlock('status', '--json');
 like($out, qr/"name": "manual", "token": \d+, "holder_role": "[^"]+", "state": "live"/, 'status --json');
 ($rc) = run_dlock('release', 'manual', '--owner', 'someone-else');

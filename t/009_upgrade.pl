@@ -83,10 +83,10 @@ is($fencer->query_safe("SELECT dlock.fence('fenced', $fenced_token)"), 't',
 my $rows_sql = q{
 	SELECT name, token, owner, holder_role::oid::regrole, acquired_at, expires_at,
 	       ended_at, end_reason, lock_delay, session_bound, holder_pid IS NOT NULL
-	  FROM dlock.lease_state ORDER BY name};
+	  FROM dlock.lease_state ORDER BY name, token};
 my $view_sql = q{
 	SELECT name, token, owner, holder_role, state, grantable_at, lock_delay, session_bound
-	  FROM dlock.leases ORDER BY name};
+	  FROM dlock.leases ORDER BY name, token};
 my $rows_before = $node->safe_psql($db, $rows_sql);
 my $view_before = $node->safe_psql($db, $view_sql);
 my $last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
@@ -157,6 +157,23 @@ for my $i (1 .. $#versions)
 		is($node->safe_psql($db, q{SELECT dlock.renew('live', 'w-live', '1h', 'v1') IS NOT NULL;
 				SELECT value FROM dlock.leases WHERE name = 'live'}),
 			"t\nv1", "to $v: a lease granted before the update publishes a value");
+
+		# The rows of 1.0 are exclusive leases in slot 0; the new kinds work
+		is($node->safe_psql($db, q{SELECT count(*) FROM dlock.lease_state
+				WHERE slot <> 0 OR shared OR max_holders <> 1}),
+			'0', "to $v: every lease from before is exclusive, in slot 0");
+		is($node->safe_psql($db, q{SELECT dlock.try_acquire('live', '1h', 'reader', shared => true) IS NULL}),
+			't', "to $v: a shared lease waits for an exclusive lease granted before the update");
+		my ($readers, $reader_tokens, $reader_min) = split / /, $node->safe_psql($db,
+			q{SELECT count(*) || ' ' || count(DISTINCT token) || ' ' || min(token)
+			    FROM (SELECT (dlock.try_acquire('shared:1', '1h', 'r' || i, shared => true)).token
+			            FROM generate_series(1, 3) i) r});
+		is("$readers $reader_tokens", '3 3', "to $v: three shared leases, each with its own token");
+		cmp_ok($reader_min, '>', $set_token, "to $v: shared tokens larger than every earlier token");
+		is($node->safe_psql($db, q{SELECT count(token) FROM
+				(SELECT (dlock.try_acquire('permits:1', '1h', 'p' || i, max_holders => 2)).token
+				   FROM generate_series(1, 3) i) p}),
+			'2', "to $v: a semaphore of 2 grants two permits of three requests");
 		$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
 	}
 
