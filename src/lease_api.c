@@ -5,16 +5,23 @@
  *	  renew, release and force_release.
  *
  * What each of these calls does to a lease in each of its states (grant,
- * same-owner re-acquire, renew, release, force_release) is the table in
- * lease_status.c; this file carries it out, under the name's lock:
+ * same-owner re-acquire, renew, release, force_release), and what a request
+ * of each kind (exclusive, shared, a semaphore's permit) may do with the
+ * rows of a name's holders, are the tables in lease_status.c; this file
+ * carries them out, under the name's lock:
  *
- *	- Waiters queue per name in arrival order (waiting.c); only the head of
- *	  the queue waits for the lease itself.
- *	- A grant of a new token first waits, holding DLOCK_GRANT_LOCKMODE, for
- *	  every transaction that fenced a write under the previous token.
+ *	- Waiters of every kind queue per name in arrival order (waiting.c);
+ *	  only the head of the queue waits for the lease itself.
+ *	- A grant of a new token first takes, in DLOCK_GRANT_LOCKMODE, the pins
+ *	  of the tokens it must wait for (GrantPinTags): that of the slot it
+ *	  writes and those of the rows of other kinds.  It takes them without
+ *	  waiting; when one is busy it gives back everything, waits for that
+ *	  one alone, and looks again, so it never waits for a pin while holding
+ *	  the name's lock or another pin.
  *	- Renew, release, force_release and the same owner's re-acquire change
- *	  the row without a new token.  They hold DLOCK_CHANGE_LOCKMODE, which
- *	  serializes them with grants but does not wait for fenced transactions.
+ *	  the holder's row without a new token.  They hold
+ *	  DLOCK_CHANGE_LOCKMODE, which serializes them with grants but does not
+ *	  wait for fenced transactions.
  *
  * The commit of a grant is always durable, locally and on synchronous
  * standbys (durability.c), even with synchronous_commit = off, because a
