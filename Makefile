@@ -10,7 +10,7 @@ OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
-REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge observability sets
+REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge observability sets kinds
 # Regression and isolation tests start a private instance unless TEMP_INSTANCE
 # is set empty (then they use the server of the libpq environment)
 TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
@@ -18,7 +18,8 @@ TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
 REGRESS_OPTS   = --load-extension=dlock $(TEMP_INSTANCE)
 ISOLATION      = race fence_regrant stale_snapshot rollback \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
-                 same_owner_retry purge_race sets_order watch
+                 same_owner_retry purge_race sets_order watch \
+                 shared_fence semaphore kinds_fifo
 ISOLATION_OPTS = --load-extension=dlock $(TEMP_INSTANCE)
 TAP_TESTS      = 1
 

@@ -78,8 +78,9 @@ run_check() {
     fi
 }
 
-# The lock-guarded set: a short fenced run (no acknowledged write may be
-# lost) and a control run without the fence (which must lose some)
+# The lock-guarded set, then the permits of a counting semaphore: short
+# fenced runs (no acknowledged write lost, never more fenced writers than
+# permits) and control runs without the fence (which must break them)
 run_check "stress checker, fenced and control runs" \
     '^(mode=|attempts=|final_set=|tokens in|RESULT)' bash "$SRC_DIR/stress/run.sh"
 

@@ -318,6 +318,12 @@ typedef struct LeaseDecision
 	int32		slot;			/* LEASE_FREE: the slot to write */
 	int			target;			/* LEASE_FREE: index of that slot's row, or
 								 * -1 when the slot has none yet */
+	int			ncandidates;	/* LEASE_FREE: the slots the grant may
+								 * write, lowest first (slot and target are
+								 * the first); a later one serves when the
+								 * pin of an earlier one is busy */
+	int32	   *candidate_slot;
+	int		   *candidate_target;
 	TimestampTz until;			/* no earlier change without a release */
 	int64		session_token;	/* a live session-bound lease that must end
 								 * for this request, or 0 */
@@ -326,6 +332,7 @@ typedef struct LeaseDecision
 extern void LeaseDecide(const LeaseName *name, const LeaseRows *rows,
 						const LeaseKind *kind, const char *owner,
 						TimestampTz now, LeaseDecision *decision);
+extern void LeaseDecisionUseCandidate(LeaseDecision *d, int candidate);
 extern bool LeaseRowPinConflicts(const LeaseRow *row, const LeaseKind *kind);
 extern int	LeaseRowsNewestLive(const LeaseRows *rows, TimestampTz now,
 								TimestampTz *earliest_expiry);
@@ -398,7 +405,8 @@ extern const LeaseKind ExclusiveKind;
 extern WaitLimit AcquireLimit(int64 timeout_us);
 extern void AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start);
 extern void AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start);
-extern void AcquireTimedOut(const LeaseName *name, GrantOutcome outcome,
+extern void AcquireTimedOut(const LeaseName *name, const LeaseKind *kind,
+							GrantOutcome outcome,
 							TimestampTz wait_start);
 extern void AcquireErrorContext(void *arg);
 

@@ -372,13 +372,24 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 			return d.status == LEASE_LIVE ? GRANT_HELD : GRANT_DELAYED;
 		}
 
-		/* Grantable, once the transactions fenced under old tokens are done */
-		if (GrantPinsTake(name, &rows, &d, &req->kind, &busy))
+		/*
+		 * Grantable, once the transactions fenced under old tokens are done:
+		 * into the first slot whose pins are not busy
+		 */
+		for (int c = 0; c < d.ncandidates; c++)
 		{
-			*row = *GrantTargetRow(&rows, &d);
-			GrantNewLease(&store, req, row);
-			LeaseStoreClose(&store);
-			return GRANT_DONE;
+			LOCKTAG		busy_here;
+
+			LeaseDecisionUseCandidate(&d, c);
+			if (GrantPinsTake(name, &rows, &d, &req->kind, &busy_here))
+			{
+				*row = *GrantTargetRow(&rows, &d);
+				GrantNewLease(&store, req, row);
+				LeaseStoreClose(&store);
+				return GRANT_DONE;
+			}
+			if (c == 0)
+				busy = busy_here;
 		}
 
 		/*
@@ -524,8 +535,8 @@ AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start)
  * AcquireTimedOut - raise 55P03 for a wait that ran out of time
  */
 void
-AcquireTimedOut(const LeaseName *name, GrantOutcome outcome,
-				TimestampTz wait_start)
+AcquireTimedOut(const LeaseName *name, const LeaseKind *kind,
+				GrantOutcome outcome, TimestampTz wait_start)
 {
 	const char *detail;
 
@@ -535,7 +546,12 @@ AcquireTimedOut(const LeaseName *name, GrantOutcome outcome,
 	switch (outcome)
 	{
 		case GRANT_HELD:
-			detail = "Another owner holds the lease.";
+			if (kind->max_holders > 1)
+				detail = psprintf("All %d permits are held.", kind->max_holders);
+			else if (kind->shared)
+				detail = "Another owner holds an exclusive lease.";
+			else
+				detail = "Another owner holds the lease.";
 			break;
 		case GRANT_DELAYED:
 			detail = "The lease ended without a release and is in its lock-delay.";
@@ -628,7 +644,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 		if (!QueueJoin(&req.name, limit))
 		{
 			error_context_stack = waitcontext.previous;
-			AcquireTimedOut(&req.name, GRANT_QUEUED, wait_start);
+			AcquireTimedOut(&req.name, &req.kind, GRANT_QUEUED, wait_start);
 		}
 	}
 
@@ -666,7 +682,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	}
 
 	error_context_stack = waitcontext.previous;
-	AcquireTimedOut(&req.name, outcome, wait_start);
+	AcquireTimedOut(&req.name, &req.kind, outcome, wait_start);
 	PG_RETURN_NULL();			/* keep compiler quiet */
 }
 

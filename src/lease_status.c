@@ -335,6 +335,7 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 	LeaseClassification *lease = palloc(sizeof(LeaseClassification) *
 										Max(rows->count, 1));
 	int			occupied = 0;
+	bool		occupied_live = false;
 	bool		blocked = false;
 	bool		blocked_live = false;
 	TimestampTz all_end = 0;
@@ -343,6 +344,9 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 	d->mine = -1;
 	d->slot = -1;
 	d->target = -1;
+	d->ncandidates = 0;
+	d->candidate_slot = NULL;
+	d->candidate_target = NULL;
 	d->until = 0;
 	d->session_token = 0;
 
@@ -399,6 +403,7 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 		else
 		{
 			occupied++;
+			occupied_live |= (lease[i].status == LEASE_LIVE);
 			first_end = Min(first_end, lease[i].until);
 		}
 	}
@@ -410,7 +415,7 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 	}
 	else if (occupied >= capacity)
 	{
-		d->status = LEASE_LIVE;
+		d->status = occupied_live ? LEASE_LIVE : LEASE_DELAYED;
 		d->until = first_end;
 	}
 	else
@@ -418,11 +423,16 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 		int			i = 0;
 
 		/*
-		 * The lowest slot below the limit that has no row or a free one.
-		 * There is one: fewer than capacity rows are occupied, and rows of
-		 * this kind are only ever written below its limit.
+		 * The slots below the limit whose row is free, and the lowest one
+		 * that has no row, lowest first.  There is one: fewer than capacity
+		 * rows are occupied, and rows of this kind are only ever written
+		 * below its limit.  The grant takes the first whose pin it can have:
+		 * a free row whose old token a transaction still has fenced must not
+		 * hold up a grant that another slot can take.
 		 */
 		d->status = LEASE_FREE;
+		d->candidate_slot = palloc(sizeof(int32) * (rows->count + 1));
+		d->candidate_target = palloc(sizeof(int) * (rows->count + 1));
 		for (int32 slot = 0; slot < capacity; slot++)
 		{
 			while (i < rows->count && rows->row[i].slot < slot)
@@ -431,14 +441,30 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 			{
 				if (lease[i].status != LEASE_FREE)
 					continue;
-				d->target = i;
+				d->candidate_slot[d->ncandidates] = slot;
+				d->candidate_target[d->ncandidates++] = i;
+				continue;
 			}
-			d->slot = slot;
+			d->candidate_slot[d->ncandidates] = slot;
+			d->candidate_target[d->ncandidates++] = -1;
 			break;
 		}
-		Assert(d->slot >= 0);
+		Assert(d->ncandidates > 0);
+		LeaseDecisionUseCandidate(d, 0);
 	}
 	pfree(lease);
+}
+
+/*
+ * LeaseDecisionUseCandidate - make a granting decision write its
+ * candidate-th slot
+ */
+void
+LeaseDecisionUseCandidate(LeaseDecision *d, int candidate)
+{
+	Assert(d->status == LEASE_FREE && candidate < d->ncandidates);
+	d->slot = d->candidate_slot[candidate];
+	d->target = d->candidate_target[candidate];
 }
 
 /*

@@ -1,14 +1,19 @@
 /*
  * checker.c
- *	  A Jepsen-style "lock-guarded set" test for dlock.
+ *	  A Jepsen-style "lock-guarded set" test for dlock, and its counting
+ *	  semaphore variant.
  *
  * The claim under test
  *	  A lease alone cannot give mutual exclusion: a holder can pause for longer
  *	  than its ttl and then act as if it still held the lock.  dlock claims
  *	  that writes guarded with dlock.fence() are exclusive anyway, because a
  *	  stale token matches no row and a fenced write commits before the next
- *	  grant.  This program tries hard to break that claim and checks the data,
- *	  not the holders.
+ *	  grant.  For a counting semaphore of N permits it claims the same bound
+ *	  with N in place of 1: a new grant into a slot cannot commit until the
+ *	  transactions that fenced the slot's previous token have ended, so no
+ *	  more than N transactions are ever inside a fenced write at once.  This
+ *	  program tries hard to break those claims and checks the data (and, for
+ *	  the semaphore, a count kept outside the database), not the holders.
  *
  * The schedule
  *	  N worker processes, each with its own connection, share one lease name
@@ -26,31 +31,56 @@
  *	  The write is a read-modify-write on purpose: a holder that writes back a
  *	  stale read silently drops whatever others added in between.
  *
+ * The semaphore mode (--permits N)
+ *	  The workers (3N unless --workers says otherwise, always more than N)
+ *	  acquire permits of one name with max_holders => N, on the same schedule
+ *	  and under the same SIGSTOPs.  Writers must be able to run concurrently,
+ *	  so each worker has a row of its own: in one transaction it pauses (now
+ *	  and then past the ttl), appends an element and its token to its row
+ *	  with dlock.fence(name, token) in the WHERE clause, and works for a while
+ *	  (now and then past the ttl) before COMMIT.  A counter in shared memory
+ *	  is incremented once the fenced UPDATE has changed its row and
+ *	  decremented just before COMMIT, and its largest value is kept.  With the
+ *	  fence it can never exceed N: each worker counted holds a true fence on
+ *	  its token until its transaction ends, which is after the decrement, and
+ *	  a grant of the same slot commits only after that, before its holder's
+ *	  own fence and increment.
+ *
  * What is checked afterwards
  *	  lost          acknowledged elements (UPDATE changed 1 row and COMMIT
  *	                succeeded) missing from the final set: must be 0.
  *	  unexpected    elements in the set whose write was refused, rolled back
- *	                or never sent: must be 0.
+ *	                or never sent (in the semaphore mode, also elements in
+ *	                another worker's row): must be 0.
  *	  order         the tokens, in commit order, must be strictly increasing: a
  *	                smaller token committed after a larger one means a holder
- *	                wrote after its lease had been granted to someone else.
- *	  commits       the row must hold a token for every acknowledged write, and
- *	                no more than the writes that may have committed.
+ *	                wrote after its lease had been granted to someone else.  In
+ *	                the semaphore mode, within each worker's row (its grants
+ *	                follow one another), and no token may be written twice.
+ *	  commits       the row (the rows) must hold a token for every acknowledged
+ *	                write, and no more than the writes that may have committed.
+ *	  writers       in the semaphore mode, the most workers inside a fenced
+ *	                transaction at once must be at most N.
  *	  It also reports how many workers *believed* they held the lease at the
  *	  same moment (holding intervals on CLOCK_MONOTONIC, from acquire's reply
- *	  to just before release): more than one shows that the schedule did
- *	  produce stale holders, which is what makes a pass mean something.
+ *	  to just before release): more than one (more than N for the semaphore)
+ *	  shows that the schedule did produce stale holders, which is what makes
+ *	  a pass mean something.  A semaphore run that never saw more than N
+ *	  believed holders fails.
  *
  * The control
  *	  --no-fence runs the same schedule without the fence.  There the checker
- *	  must find lost elements or tokens out of order; if it finds nothing, it
- *	  could not tell a broken lock from a working one, and it exits 1.
+ *	  must find lost elements or tokens out of order (for the semaphore: more
+ *	  than N writers at once, or lost writes); if it finds nothing, it could
+ *	  not tell a broken lock from a working one, and it exits 1.
  *
  * Usage
- *	  checker [--workers N] [--seconds S] [--soak] [--no-fence] [--seed X]
+ *	  checker [--workers N] [--seconds S] [--soak] [--no-fence] [--permits N]
+ *	          [--seed X]
  *	  The connection comes from the libpq environment (PGHOST, PGPORT, ...);
- *	  only a local server is accepted, since the table stress_set is dropped
- *	  and recreated.  Later options override earlier ones.
+ *	  only a local server is accepted, since the tables stress_set and
+ *	  stress_writers are dropped and recreated.  Later options override
+ *	  earlier ones.
  *	  Exit status: fenced mode 0 on PASS, 1 on FAIL; control mode 0 when the
  *	  expected anomalies were found, 1 otherwise.
  */
@@ -75,9 +105,11 @@
 #include <libpq-fe.h>
 
 #define LEASE_NAME		"stress:set"
+#define SEMAPHORE_NAME	"stress:permits"
 #define TTL_MIN_MS		100
 #define TTL_MAX_MS		300
 #define MAX_WORKERS		64
+#define MAX_PERMITS		(MAX_WORKERS - 1)
 #define MAX_SECONDS		3600
 #define DEFAULT_SECONDS 25
 #define SOAK_SECONDS	300
@@ -124,9 +156,19 @@ static const char *const update_unfenced =
 "UPDATE stress_set SET elements = $1::int[] || $2::int, tokens = tokens || $3::bigint "
 "WHERE id = 1";
 
+/* The semaphore mode: each worker appends to its own row */
+static const char *const append_fenced =
+"UPDATE stress_writers SET elements = elements || $1::int, tokens = tokens || $2::bigint "
+"WHERE worker = $3::int AND dlock.fence($4, $2::bigint)";
+static const char *const append_unfenced =
+"UPDATE stress_writers SET elements = elements || $1::int, tokens = tokens || $2::bigint "
+"WHERE worker = $3::int";
+
 static int	n_workers = 8;
 static int	run_seconds = DEFAULT_SECONDS;
 static int	fenced = 1;
+static int	workers_given = 0;	/* --workers was on the command line */
+static int	permits = 1;		/* > 1: the semaphore mode */
 static uint64_t seed;
 static long cap;				/* grants and writes one worker can record */
 
@@ -137,6 +179,19 @@ static long cap;				/* grants and writes one worker can record */
 static struct worker_stats *stats;	/* [n_workers] */
 static struct interval *held;	/* [n_workers * cap] */
 static unsigned char *wstatus;	/* [n_workers * cap], by write sequence */
+
+/*
+ * The semaphore mode: workers inside a fenced transaction, from the moment
+ * their fenced UPDATE changed their row to just before COMMIT.  Shared by
+ * all the workers and changed only with atomic operations.
+ */
+struct occupancy
+{
+	int			inside;			/* right now */
+	int			most;			/* the largest value inside ever had */
+	long		over;			/* entries that made inside exceed permits */
+};
+static struct occupancy *occ;
 
 static pid_t children[MAX_WORKERS];
 static int	reaped[MAX_WORKERS];
@@ -369,6 +424,121 @@ write_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	PQclear(res);
 }
 
+/* A worker's fenced UPDATE changed its row: count it in */
+static void
+enter_writers(void)
+{
+	int			n = __atomic_add_fetch(&occ->inside, 1, __ATOMIC_SEQ_CST);
+	int			most = __atomic_load_n(&occ->most, __ATOMIC_SEQ_CST);
+
+	while (n > most &&
+		   !__atomic_compare_exchange_n(&occ->most, &most, n, 0,
+										__ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		;
+	if (n > permits)
+		__atomic_add_fetch(&occ->over, 1, __ATOMIC_SEQ_CST);
+}
+
+static void
+leave_writers(void)
+{
+	__atomic_sub_fetch(&occ->inside, 1, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * The semaphore mode's write: append an element and the token to the
+ * worker's own row, so that permit holders do not wait for one another's
+ * row locks, then work inside the transaction.  The worker counts itself
+ * as a writer only while the fence it passed is in force: from after the
+ * UPDATE answered to before COMMIT.  A worker frozen in there stays counted
+ * while it is frozen; one frozen on either side of that window is not
+ * counted, which can make the count smaller than the truth, never larger.
+ */
+static void
+append_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
+			   int think_ms, int work_ms)
+{
+	long		seq = st->writes++;
+	unsigned char *status = &wstatus[(long) w * cap + seq];
+	char		elem[24];
+	char		row[16];
+	const char *params[4];
+	PGresult   *res;
+	int			one_row;
+
+	snprintf(elem, sizeof(elem), "%ld", element_of(w, seq));
+	snprintf(row, sizeof(row), "%d", w);
+
+	res = PQexec(conn, "BEGIN");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		note_error(st, "begin", PQerrorMessage(conn));
+		PQclear(res);
+		rollback(conn, st);
+		return;
+	}
+	PQclear(res);
+
+	/* the transaction is open and the permit may run out meanwhile */
+	sleep_until(now_ms() + think_ms);
+
+	params[0] = elem;
+	params[1] = token;
+	params[2] = row;
+	params[3] = SEMAPHORE_NAME;
+	*status = W_UNKNOWN;
+	res = PQexecParams(conn, fenced ? append_fenced : append_unfenced,
+					   fenced ? 4 : 3, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		note_error(st, "update", PQerrorMessage(conn));
+		PQclear(res);
+		if (rollback(conn, st))
+		{
+			*status = W_ABORTED;
+			st->aborted++;
+		}
+		else
+			st->unknown++;
+		return;
+	}
+	one_row = strcmp(PQcmdTuples(res), "1") == 0;
+	PQclear(res);
+	if (!one_row)
+	{
+		*status = W_REFUSED;
+		st->refused++;
+		rollback(conn, st);
+		return;
+	}
+
+	enter_writers();
+	sleep_until(now_ms() + work_ms);
+	leave_writers();
+
+	res = PQexec(conn, "COMMIT");
+	if (PQresultStatus(res) == PGRES_COMMAND_OK &&
+		strcmp(PQcmdStatus(res), "COMMIT") == 0)
+	{
+		*status = W_ACKED;
+		st->acked++;
+	}
+	else if (PQstatus(conn) == CONNECTION_OK &&
+			 PQtransactionStatus(conn) == PQTRANS_IDLE)
+	{
+		note_error(st, "commit", PQresultStatus(res) == PGRES_COMMAND_OK ?
+				   "transaction rolled back" : PQerrorMessage(conn));
+		*status = W_ABORTED;
+		st->aborted++;
+	}
+	else
+	{
+		note_error(st, "commit", PQerrorMessage(conn));
+		st->unknown++;
+	}
+	PQclear(res);
+}
+
 /* One worker's life; the return value is its exit status */
 static int
 worker_main(int w, double deadline)
@@ -397,7 +567,8 @@ worker_main(int w, double deadline)
 		char		ttl_txt[32];
 		char		timeout_txt[32];
 		char		token[32];
-		const char *params[4];
+		char		permits_txt[16];
+		const char *params[5];
 		PGresult   *res;
 		double		granted_at;
 		int			ttl;
@@ -420,16 +591,24 @@ worker_main(int w, double deadline)
 			timeout = (int) left;
 		snprintf(ttl_txt, sizeof(ttl_txt), "%d ms", ttl);
 		snprintf(timeout_txt, sizeof(timeout_txt), "%d ms", timeout);
-		params[0] = LEASE_NAME;
+		snprintf(permits_txt, sizeof(permits_txt), "%d", permits);
+		params[0] = permits > 1 ? SEMAPHORE_NAME : LEASE_NAME;
 		params[1] = ttl_txt;
 		params[2] = owner;
 		params[3] = timeout_txt;
+		params[4] = permits_txt;
 
 		st->attempts++;
-		res = PQexecParams(conn,
-						   "SELECT token FROM dlock.acquire($1, $2::interval, $3, "
-						   "timeout => $4::interval)",
-						   4, NULL, params, NULL, NULL, 0);
+		if (permits > 1)
+			res = PQexecParams(conn,
+							   "SELECT token FROM dlock.acquire($1, $2::interval, $3, "
+							   "timeout => $4::interval, max_holders => $5::int)",
+							   5, NULL, params, NULL, NULL, 0);
+		else
+			res = PQexecParams(conn,
+							   "SELECT token FROM dlock.acquire($1, $2::interval, $3, "
+							   "timeout => $4::interval)",
+							   4, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		{
 			if (has_sqlstate(res, "55P03"))
@@ -472,7 +651,25 @@ worker_main(int w, double deadline)
 			think = rand_between(0, 10);
 		sleep_until(granted_at + stall);
 
-		write_element(conn, st, w, token, think);
+		if (permits > 1)
+		{
+			/*
+			 * The work after the fenced write takes a good part of the
+			 * holding time, so that the permits' writers often overlap; now
+			 * and then it outlasts the ttl, and the slot's next grant must
+			 * wait for this transaction.  Drawn only in this mode, so that a
+			 * seed gives the set test the schedule it always gave.
+			 */
+			int			work;
+
+			if (chance(15))
+				work = rand_between(ttl / 2, ttl + 100);
+			else
+				work = rand_between(ttl / 4, ttl / 2);
+			append_element(conn, st, w, token, think, work);
+		}
+		else
+			write_element(conn, st, w, token, think);
 		if (PQstatus(conn) != CONNECTION_OK)
 		{
 			rc = 3;
@@ -513,14 +710,17 @@ static void
 usage(FILE *out)
 {
 	fprintf(out,
-			"usage: checker [--workers N] [--seconds S] [--soak] [--no-fence] [--seed X]\n"
-			"  --workers N   worker processes, 1 to %d (default 8)\n"
+			"usage: checker [--workers N] [--seconds S] [--soak] [--no-fence] [--permits N]\n"
+			"               [--seed X]\n"
+			"  --workers N   worker processes, 1 to %d (default 8; 3 per permit with --permits)\n"
 			"  --seconds S   length of the run, 1 to %d (default %d)\n"
 			"  --soak        a long run: --seconds %d\n"
 			"  --no-fence    control: same schedule without dlock.fence(); must fail\n"
+			"  --permits N   semaphore mode: N permits of one name, 2 to %d, fewer than\n"
+			"                the workers; at most N fenced writers at once\n"
 			"  --seed X      seed of the random schedule (default: from the clock)\n"
 			"Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE).\n",
-			MAX_WORKERS, MAX_SECONDS, DEFAULT_SECONDS, SOAK_SECONDS);
+			MAX_WORKERS, MAX_SECONDS, DEFAULT_SECONDS, SOAK_SECONDS, MAX_PERMITS);
 }
 
 static long
@@ -553,13 +753,18 @@ parse_options(int argc, char **argv)
 		const char *a = argv[i];
 
 		if (strcmp(a, "--workers") == 0)
+		{
 			n_workers = (int) parse_number(a, argv[++i], 1, MAX_WORKERS);
+			workers_given = 1;
+		}
 		else if (strcmp(a, "--seconds") == 0)
 			run_seconds = (int) parse_number(a, argv[++i], 1, MAX_SECONDS);
 		else if (strcmp(a, "--soak") == 0)
 			run_seconds = SOAK_SECONDS;
 		else if (strcmp(a, "--no-fence") == 0)
 			fenced = 0;
+		else if (strcmp(a, "--permits") == 0)
+			permits = (int) parse_number(a, argv[++i], 2, MAX_PERMITS);
 		else if (strcmp(a, "--seed") == 0)
 		{
 			char	   *end;
@@ -586,6 +791,18 @@ parse_options(int argc, char **argv)
 		{
 			fprintf(stderr, "checker: unknown option \"%s\"\n", a);
 			usage(stderr);
+			exit(1);
+		}
+	}
+	if (permits > 1)
+	{
+		/* more workers than permits, or no holder ever has to wait */
+		if (!workers_given)
+			n_workers = 3 * permits < MAX_WORKERS ? 3 * permits : MAX_WORKERS;
+		if (n_workers <= permits)
+		{
+			fprintf(stderr, "checker: --permits %d needs more than %d workers, not %d\n",
+					permits, permits, n_workers);
 			exit(1);
 		}
 	}
@@ -682,18 +899,35 @@ setup_database(void)
 {
 	PGconn	   *conn = connect_parent();
 	PGresult   *res;
+	char		sql[512];
 	int			ok;
 
 	if (conn == NULL)
 		return 0;
-	res = PQexec(conn,
+	if (permits > 1)
+	{
+		/* one row per worker, numbered as the workers are */
+		snprintf(sql, sizeof(sql),
 				 "SET client_min_messages = warning;"
 				 "CREATE EXTENSION IF NOT EXISTS dlock;"
-				 "DROP TABLE IF EXISTS stress_set;"
-				 "CREATE TABLE stress_set (id int PRIMARY KEY, elements int[] NOT NULL,"
-				 " tokens bigint[] NOT NULL);"
-				 "INSERT INTO stress_set VALUES (1, '{}', '{}');"
-				 "SELECT dlock.force_release('" LEASE_NAME "');");
+				 "DROP TABLE IF EXISTS stress_writers;"
+				 "CREATE TABLE stress_writers (worker int PRIMARY KEY,"
+				 " elements int[] NOT NULL, tokens bigint[] NOT NULL);"
+				 "INSERT INTO stress_writers SELECT w, '{}', '{}'"
+				 " FROM generate_series(0, %d) AS w;"
+				 "SELECT dlock.force_release('" SEMAPHORE_NAME "');",
+				 n_workers - 1);
+		res = PQexec(conn, sql);
+	}
+	else
+		res = PQexec(conn,
+					 "SET client_min_messages = warning;"
+					 "CREATE EXTENSION IF NOT EXISTS dlock;"
+					 "DROP TABLE IF EXISTS stress_set;"
+					 "CREATE TABLE stress_set (id int PRIMARY KEY, elements int[] NOT NULL,"
+					 " tokens bigint[] NOT NULL);"
+					 "INSERT INTO stress_set VALUES (1, '{}', '{}');"
+					 "SELECT dlock.force_release('" LEASE_NAME "');");
 	ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 	if (!ok)
 		fprintf(stderr, "checker: setup: %s", PQerrorMessage(conn));
@@ -906,12 +1140,17 @@ struct verdict
 	long		n_tokens;
 	long		disorder;		/* adjacent token pairs not increasing */
 	long		disorder_at;	/* first such position, 1-based */
+	int			disorder_row;	/* ... in this worker's row (semaphore mode) */
 	long long	disorder_prev;
 	long long	disorder_next;
+	long		shared_tokens;	/* semaphore mode: tokens written twice or more */
 	long		lost_sample[10];	/* a few lost elements, to look them up */
 };
 
-/* Read the final row and compare it with what the workers were told */
+/*
+ * Read the final row (the workers' rows in the semaphore mode) and compare
+ * it with what the workers were told
+ */
 static int
 verify(struct verdict *v)
 {
@@ -937,7 +1176,10 @@ verify(struct verdict *v)
 		return 0;
 	}
 
-	res = PQexec(conn, "SELECT unnest(elements) FROM stress_set WHERE id = 1");
+	if (permits > 1)
+		res = PQexec(conn, "SELECT e, worker FROM stress_writers, unnest(elements) AS e");
+	else
+		res = PQexec(conn, "SELECT unnest(elements) FROM stress_set WHERE id = 1");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		fprintf(stderr, "checker: reading the set: %s", PQerrorMessage(conn));
@@ -954,6 +1196,12 @@ verify(struct verdict *v)
 		if (e < 1 || e > range)
 		{
 			v->unexpected++;	/* nobody ever tried to write it */
+			continue;
+		}
+		if (permits > 1 &&
+			(e - 1) % n_workers != strtol(PQgetvalue(res, (int) i, 1), NULL, 10))
+		{
+			v->unexpected++;	/* in a row its writer never touched */
 			continue;
 		}
 		if (count[e - 1] == 1)
@@ -984,8 +1232,12 @@ verify(struct verdict *v)
 	}
 	free(count);
 
-	res = PQexec(conn, "SELECT t FROM stress_set, unnest(tokens) WITH ORDINALITY AS u(t, n) "
-				 "WHERE id = 1 ORDER BY n");
+	if (permits > 1)
+		res = PQexec(conn, "SELECT t, worker FROM stress_writers, "
+					 "unnest(tokens) WITH ORDINALITY AS u(t, n) ORDER BY worker, n");
+	else
+		res = PQexec(conn, "SELECT t FROM stress_set, unnest(tokens) WITH ORDINALITY AS u(t, n) "
+					 "WHERE id = 1 ORDER BY n");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		fprintf(stderr, "checker: reading the tokens: %s", PQerrorMessage(conn));
@@ -994,19 +1246,44 @@ verify(struct verdict *v)
 		return 0;
 	}
 	v->n_tokens = PQntuples(res);
-	for (long i = 1; i < v->n_tokens; i++)
+	for (long i = 1, at = 1; i < v->n_tokens; i++)
 	{
 		long long	prev = strtoll(PQgetvalue(res, (int) i - 1, 0), NULL, 10);
 		long long	next = strtoll(PQgetvalue(res, (int) i, 0), NULL, 10);
 
+		/* in the semaphore mode, each worker's row is a sequence of its own */
+		if (permits > 1 &&
+			strcmp(PQgetvalue(res, (int) i - 1, 1), PQgetvalue(res, (int) i, 1)) != 0)
+		{
+			at = 1;
+			continue;
+		}
+		at++;
 		if (next <= prev && v->disorder++ == 0)
 		{
-			v->disorder_at = i + 1;
+			v->disorder_at = permits > 1 ? at : i + 1;
+			v->disorder_row = permits > 1 ? atoi(PQgetvalue(res, (int) i, 1)) : 0;
 			v->disorder_prev = prev;
 			v->disorder_next = next;
 		}
 	}
 	PQclear(res);
+
+	/* a token is one holder's: no two workers may have written the same */
+	if (permits > 1)
+	{
+		res = PQexec(conn, "SELECT count(*) - count(DISTINCT t) "
+					 "FROM stress_writers, unnest(tokens) AS t");
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		{
+			fprintf(stderr, "checker: reading the tokens: %s", PQerrorMessage(conn));
+			PQclear(res);
+			PQfinish(conn);
+			return 0;
+		}
+		v->shared_tokens = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+		PQclear(res);
+	}
 	PQfinish(conn);
 	return 1;
 }
@@ -1029,8 +1306,12 @@ main(int argc, char **argv)
 	cap = 256 + 250L * run_seconds;
 	rng_state = seed;
 
-	printf("mode=%s workers=%d duration=%ds seed=%" PRIu64 "\n",
-		   fenced ? "fenced" : "no-fence", n_workers, run_seconds, seed);
+	if (permits > 1)
+		printf("mode=semaphore-%s permits=%d workers=%d duration=%ds seed=%" PRIu64 "\n",
+			   fenced ? "fenced" : "no-fence", permits, n_workers, run_seconds, seed);
+	else
+		printf("mode=%s workers=%d duration=%ds seed=%" PRIu64 "\n",
+			   fenced ? "fenced" : "no-fence", n_workers, run_seconds, seed);
 	fflush(stdout);
 
 	if (!setup_database())
@@ -1039,6 +1320,7 @@ main(int argc, char **argv)
 	stats = map_shared(sizeof(struct worker_stats) * n_workers);
 	held = map_shared(sizeof(struct interval) * n_workers * cap);
 	wstatus = map_shared((size_t) n_workers * cap);
+	occ = map_shared(sizeof(struct occupancy));
 
 	/* no SA_RESTART: a signal must cut the parent's sleeps short */
 	memset(&sa, 0, sizeof(sa));
@@ -1142,12 +1424,22 @@ main(int argc, char **argv)
 		   "refused_by_fence=%ld  aborted=%ld  indeterminate=%ld\n",
 		   sum.attempts, sum.granted, sum.timeouts, sum.writes, sum.acked,
 		   sum.refused, sum.aborted, sum.unknown);
-	printf("final_set=%ld  lost=%ld  unexpected=%ld  duplicates=%ld  recovered=%ld  "
-		   "max_concurrent_holders_seen=%d\n",
-		   v.n_elements, v.lost, v.unexpected, v.duplicates, v.recovered, max_holders);
+	if (permits > 1)
+		printf("final_set=%ld  lost=%ld  unexpected=%ld  duplicates=%ld  recovered=%ld  "
+			   "max_concurrent_holders_seen=%d  max_concurrent_writers=%d  permits=%d\n",
+			   v.n_elements, v.lost, v.unexpected, v.duplicates, v.recovered, max_holders,
+			   occ->most, permits);
+	else
+		printf("final_set=%ld  lost=%ld  unexpected=%ld  duplicates=%ld  recovered=%ld  "
+			   "max_concurrent_holders_seen=%d\n",
+			   v.n_elements, v.lost, v.unexpected, v.duplicates, v.recovered, max_holders);
 	printf("stale holders: leases ended before release=%ld  sigstop pauses=%ld  "
 		   "commits recorded=%ld\n",
 		   sum.released_late, pauses, v.n_tokens);
+	if (permits > 1)
+		printf("writers between their %s UPDATE and COMMIT at once: at most %d with "
+			   "%d permits (entries past the permits: %ld)\n",
+			   fenced ? "fenced" : "unfenced", occ->most, permits, occ->over);
 	if (v.lost > 0)
 	{
 		printf("lost elements (element/worker, first %d):", v.lost < 10 ? (int) v.lost : 10);
@@ -1156,9 +1448,21 @@ main(int argc, char **argv)
 		printf("\n");
 	}
 	if (!commits_ok)
-		printf("commits recorded in the row: %ld, but %ld acknowledged and %ld indeterminate\n",
-			   v.n_tokens, sum.acked, sum.unknown);
-	if (v.disorder == 0)
+		printf("commits recorded in the %s: %ld, but %ld acknowledged and %ld indeterminate\n",
+			   permits > 1 ? "rows" : "row", v.n_tokens, sum.acked, sum.unknown);
+	if (permits > 1)
+	{
+		if (v.disorder == 0)
+			printf("tokens in commit order strictly increasing in each worker's row: yes");
+		else
+			printf("tokens in commit order strictly increasing in each worker's row: no "
+				   "(%ld inversions; first in the row of w%d at commit %ld: token %lld "
+				   "after %lld)",
+				   v.disorder, v.disorder_row, v.disorder_at, v.disorder_next,
+				   v.disorder_prev);
+		printf("; tokens written more than once: %ld\n", v.shared_tokens);
+	}
+	else if (v.disorder == 0)
 		printf("tokens in commit order strictly increasing: yes\n");
 	else
 		printf("tokens in commit order strictly increasing: no (%ld inversions; first at "
@@ -1167,6 +1471,8 @@ main(int argc, char **argv)
 
 	anomalies = v.lost > 0 || v.unexpected > 0 || v.duplicates > 0 ||
 		v.disorder > 0 || !commits_ok;
+	if (permits > 1 && (occ->most > permits || v.shared_tokens > 0))
+		anomalies = 1;
 
 	if (sum.acked == 0)
 	{
@@ -1176,10 +1482,17 @@ main(int argc, char **argv)
 
 	if (fenced)
 	{
-		/* a pass only means something if some holder did go stale */
-		int			stale_seen = max_holders > 1 || sum.refused > 0;
+		/*
+		 * A pass only means something if some holder did go stale; for the
+		 * semaphore, if more workers than permits believed at once that they
+		 * held one: otherwise the bound on the writers was never tested.
+		 */
+		int			stale_seen = permits > 1 ? max_holders > permits :
+			max_holders > 1 || sum.refused > 0;
 
-		if (!stale_seen)
+		if (!stale_seen && permits > 1)
+			printf("the schedule never had more holders than permits: the run tested nothing\n");
+		else if (!stale_seen)
 			printf("the schedule never produced a stale holder: the run tested nothing\n");
 		if (!anomalies && clean && stale_seen)
 		{

@@ -1,29 +1,42 @@
 #!/usr/bin/env bash
-# Stress check: a Jepsen-style lock-guarded set on a throwaway cluster (see
-# the header of stress/checker.c for what is checked and why).
+# Stress check: a Jepsen-style lock-guarded set on a throwaway cluster, then
+# the same schedule on the permits of a counting semaphore (see the header of
+# stress/checker.c for what is checked and why).
 #
-#   bash stress/run.sh                    # 25 s fenced run + 10 s control run
-#   bash stress/run.sh --soak             # 300 s fenced run + 10 s control run
+#   bash stress/run.sh          # set: 25 s fenced + 10 s control runs;
+#                               # semaphore: 15 s fenced + 8 s control runs
+#   bash stress/run.sh --soak   # both fenced runs 300 s, controls as above
 #   bash stress/run.sh --workers 16 --seconds 60 --seed 7
 #
-# Options go to the checker for both runs; the control run then adds
-# --no-fence --seconds $CONTROL_SECONDS (default 10), which override them.
-# The fenced run must pass: no acknowledged element lost, tokens in commit
-# order strictly increasing.  The control run, the same schedule without
-# dlock.fence(), must detect lost elements or tokens out of order; if it does
+# Options go to the checker for all four runs.  The semaphore runs add
+# --permits $PERMITS (default 3; a --workers given must be more) and take
+# --seconds $SEMAPHORE_SECONDS (default 15) unless the options give a
+# length; the control runs add --no-fence --seconds $CONTROL_SECONDS
+# (default 10) or $SEMAPHORE_CONTROL_SECONDS (default 8), which override
+# the options.
+# The fenced runs must pass: no acknowledged element lost, tokens in commit
+# order strictly increasing, and never more than $PERMITS fenced writers at
+# once.  The control runs, the same schedules without dlock.fence(), must
+# detect lost elements, tokens out of order or too many writers; if one does
 # not, the checker cannot tell a broken lock from a working one, and this
 # script fails as well.
 
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
 CONTROL_SECONDS=${CONTROL_SECONDS:-10}
+PERMITS=${PERMITS:-3}
+SEMAPHORE_SECONDS=${SEMAPHORE_SECONDS:-15}
+SEMAPHORE_CONTROL_SECONDS=${SEMAPHORE_CONTROL_SECONDS:-8}
 for arg in "$@"; do
     case $arg in
         --no-fence)
             echo "run.sh runs the control itself; run the checker directly for a single --no-fence run" >&2
             exit 2 ;;
+        --permits)
+            echo "run.sh runs the semaphore mode itself (PERMITS=N sets its permits); run the checker directly for a single --permits run" >&2
+            exit 2 ;;
         -h|--help)
-            sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0 ;;
     esac
 done
@@ -50,13 +63,35 @@ say "control run without dlock.fence() (must detect lost writes)"
 control_rc=0
 run "$BIN/checker" "$@" --no-fence --seconds "$CONTROL_SECONDS" || control_rc=$?
 
+# The options come after the default length, so that --seconds or --soak
+# given to this script lengthen the semaphore's fenced run too
 echo
-if [ "$fenced_rc" -eq 0 ] && [ "$control_rc" -eq 0 ]; then
-    echo "stress: PASS (fenced run kept every acknowledged write in token order; control run caught the unfenced anomalies) in ${SECONDS}s"
+say "semaphore run: $PERMITS permits, fenced"
+sem_fenced_rc=0
+run "$BIN/checker" --seconds "$SEMAPHORE_SECONDS" "$@" --permits "$PERMITS" ||
+    sem_fenced_rc=$?
+
+echo
+say "semaphore control run without dlock.fence() (must detect more than $PERMITS writers)"
+sem_control_rc=0
+run "$BIN/checker" "$@" --permits "$PERMITS" --no-fence \
+    --seconds "$SEMAPHORE_CONTROL_SECONDS" || sem_control_rc=$?
+
+echo
+if [ "$sem_fenced_rc" -eq 0 ] && [ "$sem_control_rc" -eq 0 ]; then
+    echo "semaphore: PASS (at most $PERMITS fenced writers at once, every acknowledged write kept; the control caught more)"
+else
+    echo "semaphore: FAIL"
+fi
+if [ "$fenced_rc" -eq 0 ] && [ "$control_rc" -eq 0 ] &&
+    [ "$sem_fenced_rc" -eq 0 ] && [ "$sem_control_rc" -eq 0 ]; then
+    echo "stress: PASS (fenced runs kept every acknowledged write in token order, and the semaphore's within its permits; control runs caught the unfenced anomalies) in ${SECONDS}s"
     exit 0
 fi
 reasons=()
 [ "$fenced_rc" -eq 0 ] || reasons+=("fenced run failed")
 [ "$control_rc" -eq 0 ] || reasons+=("control run did not detect the unfenced anomalies")
+[ "$sem_fenced_rc" -eq 0 ] || reasons+=("semaphore fenced run failed")
+[ "$sem_control_rc" -eq 0 ] || reasons+=("semaphore control run did not detect the unfenced anomalies")
 echo "stress: FAIL ($(IFS=';'; echo "${reasons[*]}" | sed 's/;/; /g')) in ${SECONDS}s"
 exit 1
