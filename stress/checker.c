@@ -320,6 +320,45 @@ rollback(PGconn *conn, struct worker_stats *st)
 }
 
 /*
+ * guarded_write - the (fenced, unless the control) write of a transaction
+ * in progress; 1 when it wrote its one row, else the transaction is rolled
+ * back, *status says how it ended, and 0
+ */
+static int
+guarded_write(PGconn *conn, struct worker_stats *st, const char *sql,
+			  int nparams, const char *const *params, unsigned char *status)
+{
+	PGresult   *res;
+	int			one_row;
+
+	*status = W_UNKNOWN;
+	res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		note_error(st, "update", PQerrorMessage(conn));
+		PQclear(res);
+		if (rollback(conn, st))
+		{
+			*status = W_ABORTED;
+			st->aborted++;
+		}
+		else
+			st->unknown++;
+		return 0;
+	}
+	one_row = strcmp(PQcmdTuples(res), "1") == 0;
+	PQclear(res);
+	if (!one_row)
+	{
+		*status = W_REFUSED;
+		st->refused++;
+		rollback(conn, st);
+		return 0;
+	}
+	return 1;
+}
+
+/*
  * The read-modify-write.  Its outcome goes to wstatus before anything is
  * sent, so that a crash in between leaves "unknown", never "not sent".
  */
@@ -333,7 +372,7 @@ write_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	char	   *read_value;
 	const char *params[4];
 	PGresult   *res;
-	int			one_row;
+	int			written;
 
 	snprintf(elem, sizeof(elem), "%ld", element_of(w, seq));
 
@@ -373,32 +412,11 @@ write_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	params[1] = elem;
 	params[2] = token;
 	params[3] = LEASE_NAME;
-	*status = W_UNKNOWN;
-	res = PQexecParams(conn, fenced ? update_fenced : update_unfenced,
-					   fenced ? 4 : 3, NULL, params, NULL, NULL, 0);
+	written = guarded_write(conn, st, fenced ? update_fenced : update_unfenced,
+							fenced ? 4 : 3, params, status);
 	free(read_value);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-	{
-		note_error(st, "update", PQerrorMessage(conn));
-		PQclear(res);
-		if (rollback(conn, st))
-		{
-			*status = W_ABORTED;
-			st->aborted++;
-		}
-		else
-			st->unknown++;
+	if (!written)
 		return;
-	}
-	one_row = strcmp(PQcmdTuples(res), "1") == 0;
-	PQclear(res);
-	if (!one_row)
-	{
-		*status = W_REFUSED;
-		st->refused++;
-		rollback(conn, st);
-		return;
-	}
 
 	res = PQexec(conn, "COMMIT");
 	if (PQresultStatus(res) == PGRES_COMMAND_OK &&
@@ -464,7 +482,6 @@ append_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	char		row[16];
 	const char *params[4];
 	PGresult   *res;
-	int			one_row;
 
 	snprintf(elem, sizeof(elem), "%ld", element_of(w, seq));
 	snprintf(row, sizeof(row), "%d", w);
@@ -486,31 +503,9 @@ append_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	params[1] = token;
 	params[2] = row;
 	params[3] = SEMAPHORE_NAME;
-	*status = W_UNKNOWN;
-	res = PQexecParams(conn, fenced ? append_fenced : append_unfenced,
-					   fenced ? 4 : 3, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-	{
-		note_error(st, "update", PQerrorMessage(conn));
-		PQclear(res);
-		if (rollback(conn, st))
-		{
-			*status = W_ABORTED;
-			st->aborted++;
-		}
-		else
-			st->unknown++;
+	if (!guarded_write(conn, st, fenced ? append_fenced : append_unfenced,
+					   fenced ? 4 : 3, params, status))
 		return;
-	}
-	one_row = strcmp(PQcmdTuples(res), "1") == 0;
-	PQclear(res);
-	if (!one_row)
-	{
-		*status = W_REFUSED;
-		st->refused++;
-		rollback(conn, st);
-		return;
-	}
 
 	enter_writers();
 	sleep_until(now_ms() + work_ms);
