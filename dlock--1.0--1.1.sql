@@ -412,7 +412,7 @@ SELECT l.pid,
  CROSS JOIN LATERAL (
        SELECT CASE l.objsubid WHEN 17484 THEN 'name' WHEN 17485 THEN 'queue'
                               WHEN 17487 THEN 'watch' WHEN 17488 THEN 'pin'
-                              ELSE 'session' END AS kind,
+                              WHEN 17489 THEN 'claim' ELSE 'session' END AS kind,
               l.objsubid OPERATOR(pg_catalog.=) ANY ('{17486,17488}'::pg_catalog.int2[]) AS by_token,
               (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
                 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8 AS key) k
@@ -421,7 +421,7 @@ SELECT l.pid,
   LEFT JOIN dlock.lease_state t
          ON k.by_token AND t.token OPERATOR(pg_catalog.=) k.key
  WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
-   AND l.objsubid OPERATOR(pg_catalog.=) ANY ('{17484,17485,17486,17487,17488}'::pg_catalog.int2[])
+   AND l.objsubid OPERATOR(pg_catalog.=) ANY ('{17484,17485,17486,17487,17488,17489}'::pg_catalog.int2[])
    AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
 $view$,
@@ -430,7 +430,7 @@ $view$,
 END
 $locks$;
 COMMENT ON VIEW dlock.locks IS
-  'dlock''s locks in pg_locks for this database. kind: name (a name''s state: AccessShareLock for a true fence, ShareUpdateExclusiveLock for a change, AccessExclusiveLock for a grant), queue (ExclusiveLock: the head of the name''s queue of waiters), session (ExclusiveLock of a session-bound holder, key token), watch (AccessShareLock of a session in dlock.watch()) or pin (the token of a shared lease or permit outside slot 0: AccessShareLock for a true fence, AccessExclusiveLock for a grant that waits for it). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
+  'dlock''s locks in pg_locks for this database. kind: name (a name''s state: AccessShareLock for a true fence, ShareUpdateExclusiveLock for a change, AccessExclusiveLock for a grant), queue (ExclusiveLock: the head of the name''s queue of waiters), session (ExclusiveLock of a session-bound holder, key token), watch (AccessShareLock of a session in dlock.watch()) pin (the token of a shared lease or permit outside slot 0: AccessShareLock for a true fence, AccessExclusiveLock for a grant that waits for it or claims its slot) or claim (a slot or an owner claimed by a shared grant; name NULL). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
 GRANT SELECT ON dlock.locks TO PUBLIC;
 
 --

@@ -246,8 +246,11 @@ SELECT name, owner, state, shared, max_holders FROM dlock.leases
 
 --
 -- Slots are reused: 200 rounds of three shared leases, one exclusive lease
--- and two permits, each step its own transaction, leave the name with three
--- rows (its most holders at once), updated in place (HOT)
+-- and two permits, each step its own transaction, leave the name with four
+-- rows, updated in place (HOT): slots 0 and 1 for the exclusive lease and
+-- the permits, slots 1 to 3 for the shared leases, which leave slot 0 (its
+-- pin is the name's own lock, which readers granted at once would all need)
+-- to the other kinds.  The one insert is the exclusive lease's first row.
 --
 SELECT count(dlock.try_acquire('kinds:reuse', '1h', 'r' || i, shared => true)) AS granted
   FROM generate_series(1, 3) i;
@@ -287,17 +290,17 @@ SELECT s.slot, l.owner, l.state, l.shared, l.max_holders
  WHERE name = 'kinds:reuse' ORDER BY s.slot;
 
 --
--- A true fence pins the token: the name's lock for slot 0, the token's own
--- pin lock (kind 'pin' in dlock.locks) for the other slots, until the end
--- of the transaction
+-- A true fence pins the token of a shared lease with the token's own pin
+-- lock (kind 'pin' in dlock.locks; an exclusive lease's is the name's own
+-- lock, kind 'name'), until the end of the transaction
 --
 SELECT token AS f0 FROM dlock.try_acquire('kinds:pin', '1h', 'f0', shared => true) \gset
 SELECT token AS f1 FROM dlock.try_acquire('kinds:pin', '1h', 'f1', shared => true) \gset
 BEGIN;
-SELECT dlock.fence('kinds:pin', :f1) AS fenced_slot_1;
+SELECT dlock.fence('kinds:pin', :f1) AS fenced_f1;
 SELECT kind, name, token = :f1 AS f1_token, mode, granted FROM dlock.locks
  WHERE pid = pg_backend_pid() ORDER BY kind;
-SELECT dlock.fence('kinds:pin', :f0) AS fenced_slot_0;
+SELECT dlock.fence('kinds:pin', :f0) AS fenced_f0;
 SELECT kind, name, token = :f1 AS f1_token, mode, granted FROM dlock.locks
  WHERE pid = pg_backend_pid() ORDER BY kind;
 COMMIT;
@@ -326,8 +329,9 @@ SELECT owner, state FROM dlock.leases WHERE name = 'kinds:delay' ORDER BY owner;
 
 --
 -- Transactions: a shared grant rolled back to a savepoint is undone, the
--- others stay; a prepared shared grant holds until COMMIT PREPARED, and
--- keeps its lease when another backend commits it
+-- others stay; a prepared shared grant holds off no other reader, is not
+-- live until COMMIT PREPARED, and keeps its lease when another backend
+-- commits it
 --
 SELECT token AS t1 FROM dlock.try_acquire('kinds:tx', '1h', 't1', shared => true) \gset
 BEGIN;
@@ -346,12 +350,12 @@ BEGIN;
 SELECT token AS tp FROM dlock.try_acquire('kinds:tx', '1h', 'tp', shared => true) \gset
 PREPARE TRANSACTION 'kinds_2pc';
 SELECT dlock.fence('kinds:tx', :tp) AS prepared_token;
-SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NULL AS refused_while_prepared;
+SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NOT NULL AS granted_while_prepared;
 SELECT dlock.fence('kinds:tx', :t1) AS t1_still_live;
 \c
 COMMIT PREPARED 'kinds_2pc';
 SELECT owner, state, shared FROM dlock.leases WHERE name = 'kinds:tx' AND state = 'live' ORDER BY owner;
 SELECT dlock.fence('kinds:tx', :tp) AS committed_token;
-SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NOT NULL AS granted_after_commit;
+SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NOT NULL AS extended_after_commit;
 
 DELETE FROM dlock.lease_state WHERE name LIKE 'kinds:%';

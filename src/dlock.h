@@ -70,7 +70,9 @@ typedef enum DlockLockSpace
 	DLOCK_SPACE_QUEUE = 17485,	/* key: name hash; the FIFO queue of waiters */
 	DLOCK_SPACE_SESSION = 17486,	/* key: token; held by a session-bound holder */
 	DLOCK_SPACE_WATCH = 17487,	/* key: name hash; held by dlock.watch() callers */
-	DLOCK_SPACE_TOKEN = 17488	/* key: token; pins a token of a slot > 0 */
+	DLOCK_SPACE_TOKEN = 17488,	/* key: token; pins a token of a slot > 0 */
+	DLOCK_SPACE_CLAIM = 17489	/* key: name hash mixed with a slot or an
+								 * owner; claimed by a shared grant */
 } DlockLockSpace;
 
 #define DLOCK_FENCE_LOCKMODE	AccessShareLock
@@ -78,6 +80,32 @@ typedef enum DlockLockSpace
 #define DLOCK_GRANT_LOCKMODE	AccessExclusiveLock
 #define DLOCK_QUEUE_LOCKMODE	ExclusiveLock
 #define DLOCK_WATCH_LOCKMODE	AccessShareLock
+
+/*
+ * try_acquire() looks at the queue holding this mode on the queue's tag: it
+ * conflicts with the head's DLOCK_QUEUE_LOCKMODE (anyone waiting refuses
+ * it), not with other callers of try_acquire() looking at the same moment
+ */
+#define DLOCK_QUEUE_LOOK_LOCKMODE	RowShareLock
+
+/*
+ * Grants of shared leases and permits take these modes on the name's tag
+ * instead of DLOCK_CHANGE_LOCKMODE (lease_api.c):
+ *
+ *	DLOCK_READER_LOCKMODE	a shared grant that writes only a slot it has
+ *							claimed (DLOCK_SPACE_CLAIM or the slot's pin),
+ *							while all of the name's rows are shared.
+ *							Readers do not conflict with one another, nor
+ *							with renew and release; every grant of another
+ *							kind, a watcher's read and purge conflict with
+ *							them.
+ *	DLOCK_KIND_LOCKMODE		a permit's grant, and a shared grant that cannot
+ *							take the readers' way (rows of another kind, the
+ *							owner's own lease): like DLOCK_CHANGE_LOCKMODE,
+ *							and it also waits for readers being granted.
+ */
+#define DLOCK_READER_LOCKMODE	RowExclusiveLock
+#define DLOCK_KIND_LOCKMODE		ShareRowExclusiveLock
 
 /*
  * dlock.watch() reads a name's row holding this mode on the name's lock,
@@ -423,6 +451,8 @@ extern void SessionLeasesAtSubAbort(SubTransactionId mySubid);
 /* waiting.c: the queue of waiters and their wake-ups */
 extern bool QueueJoin(const LeaseName *name, WaitLimit limit);
 extern void QueueLeave(const LeaseName *name);
+extern bool QueueLookBegin(const LeaseName *name);
+extern void QueueLookEnd(const LeaseName *name);
 extern bool QueueIsEmpty(const LeaseName *name);
 extern void WakeQueueHead(const LeaseName *name);
 extern void WakeQueueHeadAtCommit(const LeaseName *name);

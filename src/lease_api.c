@@ -39,6 +39,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "common/hashfn.h"
 #include "common/int.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -324,6 +325,139 @@ GrantPinsRelease(const LeaseName *name, const LeaseRows *rows,
 }
 
 /*
+ * ClaimTag - the tag a shared grant claims, in DLOCK_SPACE_CLAIM, so that
+ * two grants made at the same time neither write the same empty slot nor
+ * both make a lease for one owner: key the name's hash mixed with the slot
+ * or the owner (a collision only makes two grants wait for one another)
+ */
+static void
+ClaimTag(LOCKTAG *tag, const LeaseName *name, const char *owner, int32 slot)
+{
+	uint64		key;
+
+	if (owner != NULL)
+		key = hash_combine64(name->hash,
+							 hash_bytes_extended((const unsigned char *) owner,
+												 strlen(owner), 0));
+	else
+		key = hash_combine64(name->hash, (uint64) slot + 1);
+	DlockLockTag(tag, DLOCK_SPACE_CLAIM, key);
+}
+
+/*
+ * RowOfSlot - the row of slot in rows, or NULL
+ */
+static LeaseRow *
+RowOfSlot(const LeaseRows *rows, int32 slot)
+{
+	for (int i = 0; i < rows->count; i++)
+		if (rows->row[i].slot == slot)
+			return &rows->row[i];
+	return NULL;
+}
+
+/*
+ * AttemptReaderGrant - grant a shared lease the readers' way, at the same
+ * time as other readers of the name; false when this way does not apply
+ * (the caller then takes the serialized way), else *outcome
+ *
+ * It holds the name's lock in DLOCK_READER_LOCKMODE, which every grant of
+ * another kind conflicts with, so while it decides, the rows it reads can
+ * only change by other readers' grants and by renewals and releases, which
+ * leave free rows alone.  It applies while every row of the name is shared
+ * and the owner holds none of them live: then nothing but a free slot is
+ * needed.  Concurrent readers see the same free slots, so each slot is
+ * claimed first (a free row by its pin, an empty slot by its claim tag,
+ * both kept until the end of the transaction) and read again once claimed:
+ * a reader that committed meanwhile may have taken it.  The owner is
+ * claimed too, so that two grants for one owner do not both make a lease.
+ * Slot 0 is left to the serialized way, since its pin is the name's own
+ * lock.
+ */
+static bool
+AttemptReaderGrant(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
+				   GrantWait *wait, GrantOutcome *outcome)
+{
+	const LeaseName *name = &req->name;
+	LeaseStore	store;
+	LeaseRows	rows;
+	LeaseDecision d;
+	LOCKTAG		owner_claim;
+	TimestampTz now;
+
+	*outcome = GRANT_BUSY;
+	if (!NameLockAcquire(name, DLOCK_READER_LOCKMODE, limit))
+		return true;
+	ClaimTag(&owner_claim, name, req->owner, 0);
+	if (!LockAcquireWithin(&owner_claim, ExclusiveLock, limit))
+	{
+		NameLockRelease(name, DLOCK_READER_LOCKMODE);
+		return true;
+	}
+
+	LeaseStoreOpen(&store, RowExclusiveLock);
+	LeaseStoreFetchAll(&store, name, &rows);
+	for (int i = 0; i < rows.count; i++)
+	{
+		if (!rows.row[i].kind.shared)
+			goto not_this_way;
+	}
+	now = GetCurrentTimestamp();
+	LeaseDecide(name, &rows, &req->kind, req->owner, now, &d);
+	if (d.mine >= 0)
+		goto not_this_way;
+	if (d.status != LEASE_FREE)
+	{
+		LockRelease(&owner_claim, ExclusiveLock, false);
+		NameLockRelease(name, DLOCK_READER_LOCKMODE);
+		LeaseStoreClose(&store);
+		wait->until = d.until;
+		wait->session_token = d.session_token;
+		*outcome = d.status == LEASE_LIVE ? GRANT_HELD : GRANT_DELAYED;
+		return true;
+	}
+
+	for (int c = 0; c < d.ncandidates; c++)
+	{
+		LOCKTAG		claim;
+		LeaseRows	again;
+		LeaseRow   *now_there;
+		LeaseRow   *target;
+
+		LeaseDecisionUseCandidate(&d, c);
+		if (d.slot == 0)
+			continue;
+		target = d.target >= 0 ? &rows.row[d.target] : NULL;
+		if (target != NULL)
+			PinLockTag(&claim, name, target);
+		else
+			ClaimTag(&claim, name, NULL, d.slot);
+		if (!LockAcquireWithin(&claim, DLOCK_GRANT_LOCKMODE, NoWait))
+			continue;
+
+		/* Still as it was, now that no one else can take it? */
+		LeaseStoreFetchAll(&store, name, &again);
+		now_there = RowOfSlot(&again, d.slot);
+		if (target == NULL ? now_there == NULL :
+			(now_there != NULL && now_there->token == target->token))
+		{
+			*row = target == NULL ? *GrantTargetRow(&rows, &d) : *now_there;
+			GrantNewLease(&store, req, row);
+			LeaseStoreClose(&store);
+			*outcome = GRANT_DONE;
+			return true;
+		}
+		LockRelease(&claim, DLOCK_GRANT_LOCKMODE, false);
+	}
+
+not_this_way:
+	LockRelease(&owner_claim, ExclusiveLock, false);
+	NameLockRelease(name, DLOCK_READER_LOCKMODE);
+	LeaseStoreClose(&store);
+	return false;
+}
+
+/*
  * AttemptGrant - one attempt to grant or extend a lease
  *
  * Lock waits (for a transaction that is changing the name, or one that
@@ -331,13 +465,24 @@ GrantPinsRelease(const LeaseName *name, const LeaseRows *rows,
  * manager within limit; GRANT_BUSY when they do not end in time.
  * GRANT_HELD and GRANT_DELAYED say, in *wait, until when the name is not
  * grantable.  With extend_only, only the same owner's live lease is
- * extended.
+ * extended.  A shared lease is first tried the readers' way
+ * (AttemptReaderGrant); the way below takes the name's lock in a mode that
+ * excludes every other grant: DLOCK_CHANGE_LOCKMODE for an exclusive lease
+ * (whose grant also takes DLOCK_GRANT_LOCKMODE on the name, the pin of slot
+ * 0), DLOCK_KIND_LOCKMODE for the others.
  */
 static GrantOutcome
 AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 			 LeaseRow *row, GrantWait *wait)
 {
 	const LeaseName *name = &req->name;
+	LOCKMODE	mode = LeaseKindExclusive(&req->kind) ?
+		DLOCK_CHANGE_LOCKMODE : DLOCK_KIND_LOCKMODE;
+	GrantOutcome outcome;
+
+	if (req->kind.shared && !extend_only &&
+		AttemptReaderGrant(req, limit, row, wait, &outcome))
+		return outcome;
 
 	for (;;)
 	{
@@ -347,7 +492,7 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 		TimestampTz now;
 		LOCKTAG		busy;
 
-		if (!NameLockAcquire(name, DLOCK_CHANGE_LOCKMODE, limit))
+		if (!NameLockAcquire(name, mode, limit))
 			return GRANT_BUSY;
 
 		LeaseStoreOpen(&store, RowExclusiveLock);
@@ -363,7 +508,7 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 		}
 		if (d.status != LEASE_FREE || extend_only)
 		{
-			NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
+			NameLockRelease(name, mode);
 			LeaseStoreClose(&store);
 			wait->until = d.until;
 			wait->session_token = d.session_token;
@@ -398,7 +543,7 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 		 * cannot deadlock with us, then look again: others may have acted
 		 * meanwhile.
 		 */
-		NameLockRelease(name, DLOCK_CHANGE_LOCKMODE);
+		NameLockRelease(name, mode);
 		LeaseStoreClose(&store);
 		if (!LockAcquireWithin(&busy, DLOCK_GRANT_LOCKMODE, limit))
 			return GRANT_BUSY;
@@ -467,13 +612,13 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 				(void) PlaceGiveBack(&req.name, req.owner);
 		}
 	}
-	else if (QueueJoin(&req.name, NoWait))
+	else if (QueueLookBegin(&req.name))
 	{
 		TimestampTz until;
 
 		outcome = AttemptGrant(&req, NoWait, PlaceAhead(&req.name, 0, &until),
 							   &row, &wait);
-		QueueLeave(&req.name);
+		QueueLookEnd(&req.name);
 	}
 	else
 		outcome = AttemptGrant(&req, NoWait, true, &row, &wait);

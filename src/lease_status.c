@@ -93,8 +93,10 @@
  * So at any moment either one exclusive lease is live and no other lease,
  * or only shared leases are (at most DLOCK_MAX_HOLDERS), or at most N
  * permits of one semaphore.  A grant goes into the lowest free slot below
- * its limit (1 for exclusive, N, DLOCK_MAX_HOLDERS); slots are reused, so a
- * name has no more rows than it ever had holders at once.  Before a grant
+ * its limit (1 for exclusive, N, DLOCK_MAX_HOLDERS) whose pin it can take;
+ * slots are reused, so a name has no more rows than it ever had holders (and
+ * ended holders still fenced) at once.  Shared leases granted at the same
+ * time as one another leave slot 0 alone (lease_api.c).  Before a grant
  * commits, the transactions that fenced the token of the slot it writes,
  * and those that fenced any row of another kind, must have ended
  * (LeaseRowPinConflicts): a fenced shared token holds off exclusive grants
@@ -303,6 +305,9 @@ LeaseStatusAt(const LeaseRow *row, TimestampTz now, bool holder_alive,
 	return lease.status;
 }
 
+/* Slots without a row that a granting decision offers, at most */
+#define EMPTY_CANDIDATES	4
+
 /*
  * KindText - a kind as messages name it
  */
@@ -423,17 +428,20 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 		int			i = 0;
 
 		/*
-		 * The slots below the limit whose row is free, and the lowest one
-		 * that has no row, lowest first.  There is one: fewer than capacity
+		 * The slots below the limit whose row is free, and the lowest few
+		 * that have no row (shared grants made at once each claim one),
+		 * lowest first.  There is one: fewer than capacity
 		 * rows are occupied, and rows of this kind are only ever written
 		 * below its limit.  The grant takes the first whose pin it can have:
 		 * a free row whose old token a transaction still has fenced must not
 		 * hold up a grant that another slot can take.
 		 */
+		int			empty = 0;
+
 		d->status = LEASE_FREE;
-		d->candidate_slot = palloc(sizeof(int32) * (rows->count + 1));
-		d->candidate_target = palloc(sizeof(int) * (rows->count + 1));
-		for (int32 slot = 0; slot < capacity; slot++)
+		d->candidate_slot = palloc(sizeof(int32) * (rows->count + EMPTY_CANDIDATES));
+		d->candidate_target = palloc(sizeof(int) * (rows->count + EMPTY_CANDIDATES));
+		for (int32 slot = 0; slot < capacity && empty < EMPTY_CANDIDATES; slot++)
 		{
 			while (i < rows->count && rows->row[i].slot < slot)
 				i++;
@@ -447,7 +455,7 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 			}
 			d->candidate_slot[d->ncandidates] = slot;
 			d->candidate_target[d->ncandidates++] = -1;
-			break;
+			empty++;
 		}
 		Assert(d->ncandidates > 0);
 		LeaseDecisionUseCandidate(d, 0);

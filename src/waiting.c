@@ -120,6 +120,30 @@ QueueLeave(const LeaseName *name)
 }
 
 /*
+ * QueueLookBegin - whether nobody waits for the name; if so, nobody can
+ * start waiting until QueueLookEnd (try_acquire() decides meanwhile).
+ * Other callers of try_acquire() may look at the same time: concurrent
+ * requests for shared leases are not refused because of one another.
+ */
+bool
+QueueLookBegin(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	QueueLockTag(&tag, name);
+	return LockAcquireWithin(&tag, DLOCK_QUEUE_LOOK_LOCKMODE, NoWait);
+}
+
+void
+QueueLookEnd(const LeaseName *name)
+{
+	LOCKTAG		tag;
+
+	QueueLockTag(&tag, name);
+	LockRelease(&tag, DLOCK_QUEUE_LOOK_LOCKMODE, false);
+}
+
+/*
  * WakeLockHolders - set the latches of the sessions that hold a lock on tag
  *
  * A stale entry can at worst wake an unrelated backend, which only costs it
