@@ -92,19 +92,20 @@ typedef enum DlockLockSpace
  * Grants of shared leases and permits take these modes on the name's tag
  * instead of DLOCK_CHANGE_LOCKMODE (lease_api.c):
  *
- *	DLOCK_READER_LOCKMODE	a shared grant that writes only a slot it has
- *							claimed (DLOCK_SPACE_CLAIM or the slot's pin),
- *							while all of the name's rows are shared.
- *							Readers do not conflict with one another, nor
- *							with renew and release; every grant of another
- *							kind, a watcher's read and purge conflict with
- *							them.
- *	DLOCK_KIND_LOCKMODE		a permit's grant, and a shared grant that cannot
- *							take the readers' way (rows of another kind, the
- *							owner's own lease): like DLOCK_CHANGE_LOCKMODE,
- *							and it also waits for readers being granted.
+ *	DLOCK_ALONGSIDE_LOCKMODE	a grant made alongside others of its kind:
+ *							it writes only a slot it has claimed
+ *							(DLOCK_SPACE_CLAIM or the slot's pin), while all
+ *							of the name's rows are of its kind.  Such grants
+ *							do not conflict with one another (the kind claim
+ *							keeps readers and permits apart), nor with renew
+ *							and release; the other grants, a watcher's read
+ *							and purge conflict with them.
+ *	DLOCK_KIND_LOCKMODE		a grant that cannot be made alongside (rows of
+ *							another kind, the owner's own lease, no free
+ *							slot): like DLOCK_CHANGE_LOCKMODE, and it also
+ *							waits for the grants being made alongside.
  */
-#define DLOCK_READER_LOCKMODE	RowExclusiveLock
+#define DLOCK_ALONGSIDE_LOCKMODE	RowExclusiveLock
 #define DLOCK_KIND_LOCKMODE		ShareRowExclusiveLock
 
 /*

@@ -325,10 +325,11 @@ GrantPinsRelease(const LeaseName *name, const LeaseRows *rows,
 }
 
 /*
- * ClaimTag - the tag a shared grant claims, in DLOCK_SPACE_CLAIM, so that
- * two grants made at the same time neither write the same empty slot nor
- * both make a lease for one owner: key the name's hash mixed with the slot
- * or the owner (a collision only makes two grants wait for one another)
+ * ClaimTag - the tag a grant made alongside others claims, in
+ * DLOCK_SPACE_CLAIM, so that two such grants made at the same time neither
+ * write the same empty slot nor both make a lease for one owner: key the
+ * name's hash mixed with the slot or the owner.  A collision only makes two
+ * grants wait for one another.
  */
 static void
 ClaimTag(LOCKTAG *tag, const LeaseName *name, const char *owner, int32 slot)
@@ -345,6 +346,19 @@ ClaimTag(LOCKTAG *tag, const LeaseName *name, const char *owner, int32 slot)
 }
 
 /*
+ * KindClaimTag - the tag that keeps shared grants and permits' grants made
+ * alongside others apart: readers hold it in ShareLock, permits in
+ * RowExclusiveLock, modes that each kind shares with itself and that
+ * conflict with one another
+ */
+static void
+KindClaimTag(LOCKTAG *tag, const LeaseName *name)
+{
+	DlockLockTag(tag, DLOCK_SPACE_CLAIM,
+				 hash_combine64(name->hash, UINT64CONST(0x6b696e64)));
+}
+
+/*
  * RowOfSlot - the row of slot in rows, or NULL
  */
 static LeaseRow *
@@ -357,41 +371,55 @@ RowOfSlot(const LeaseRows *rows, int32 slot)
 }
 
 /*
- * AttemptReaderGrant - grant a shared lease the readers' way, at the same
- * time as other readers of the name; false when this way does not apply
- * (the caller then takes the serialized way), else *outcome
+ * AttemptGrantAlongside - grant a shared lease or a permit at the same time
+ * as other grants of its kind; false when this way does not apply (the
+ * caller then takes the serialized way), else *outcome
  *
- * It holds the name's lock in DLOCK_READER_LOCKMODE, which every grant of
- * another kind conflicts with, so while it decides, the rows it reads can
- * only change by other readers' grants and by renewals and releases, which
- * leave free rows alone.  It applies while every row of the name is shared
- * and the owner holds none of them live: then nothing but a free slot is
- * needed.  Concurrent readers see the same free slots, so each slot is
- * claimed first (a free row by its pin, an empty slot by its claim tag,
- * both kept until the end of the transaction) and read again once claimed:
- * a reader that committed meanwhile may have taken it.  The owner is
+ * It holds the name's lock in DLOCK_ALONGSIDE_LOCKMODE, which the grants
+ * of exclusive leases, the serialized grants, watchers' reads and purge
+ * conflict with, and the name's kind claim in a mode that the other kind
+ * made alongside conflicts with.  So while it decides, the rows it reads
+ * can only change by grants of its own kind made alongside, and by
+ * renewals and releases, which leave free rows alone.  It applies while
+ * every row of the name is of the request's kind and the owner holds none
+ * of them live: then nothing but a free slot is needed.  Such grants see
+ * the same free slots, so each slot is claimed first (a free row by its
+ * pin, which also waits for nobody fenced under its old token; an empty
+ * slot by its claim tag; both kept until the end of the transaction) and
+ * read again once claimed: a grant that committed meanwhile may have taken
+ * it.  Since every slot is below the kind's limit and no two grants write
+ * one slot, a semaphore still has at most N live permits.  The owner is
  * claimed too, so that two grants for one owner do not both make a lease.
  * Slot 0 is left to the serialized way, since its pin is the name's own
  * lock.
  */
 static bool
-AttemptReaderGrant(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
-				   GrantWait *wait, GrantOutcome *outcome)
+AttemptGrantAlongside(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
+					  GrantWait *wait, GrantOutcome *outcome)
 {
 	const LeaseName *name = &req->name;
+	LOCKMODE	kind_mode = req->kind.shared ? ShareLock : RowExclusiveLock;
 	LeaseStore	store;
 	LeaseRows	rows;
 	LeaseDecision d;
+	LOCKTAG		kind_claim;
 	LOCKTAG		owner_claim;
 	TimestampTz now;
 
 	*outcome = GRANT_BUSY;
-	if (!NameLockAcquire(name, DLOCK_READER_LOCKMODE, limit))
+	if (!NameLockAcquire(name, DLOCK_ALONGSIDE_LOCKMODE, limit))
 		return true;
+	KindClaimTag(&kind_claim, name);
 	ClaimTag(&owner_claim, name, req->owner, 0);
+	if (!LockAcquireWithin(&kind_claim, kind_mode, limit))
+	{
+		NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
+		return true;
+	}
 	if (!LockAcquireWithin(&owner_claim, ExclusiveLock, limit))
 	{
-		NameLockRelease(name, DLOCK_READER_LOCKMODE);
+		LockRelease(&kind_claim, kind_mode, false);
+		NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
 		return true;
 	}
 
@@ -399,7 +427,7 @@ AttemptReaderGrant(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
 	LeaseStoreFetchAll(&store, name, &rows);
 	for (int i = 0; i < rows.count; i++)
 	{
-		if (!rows.row[i].kind.shared)
+		if (!LeaseKindEqual(&rows.row[i].kind, &req->kind))
 			goto not_this_way;
 	}
 	now = GetCurrentTimestamp();
@@ -409,7 +437,8 @@ AttemptReaderGrant(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
 	if (d.status != LEASE_FREE)
 	{
 		LockRelease(&owner_claim, ExclusiveLock, false);
-		NameLockRelease(name, DLOCK_READER_LOCKMODE);
+		LockRelease(&kind_claim, kind_mode, false);
+		NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
 		LeaseStoreClose(&store);
 		wait->until = d.until;
 		wait->session_token = d.session_token;
@@ -452,7 +481,8 @@ AttemptReaderGrant(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
 
 not_this_way:
 	LockRelease(&owner_claim, ExclusiveLock, false);
-	NameLockRelease(name, DLOCK_READER_LOCKMODE);
+	LockRelease(&kind_claim, kind_mode, false);
+	NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
 	LeaseStoreClose(&store);
 	return false;
 }
@@ -465,9 +495,9 @@ not_this_way:
  * manager within limit; GRANT_BUSY when they do not end in time.
  * GRANT_HELD and GRANT_DELAYED say, in *wait, until when the name is not
  * grantable.  With extend_only, only the same owner's live lease is
- * extended.  A shared lease is first tried the readers' way
- * (AttemptReaderGrant); the way below takes the name's lock in a mode that
- * excludes every other grant: DLOCK_CHANGE_LOCKMODE for an exclusive lease
+ * extended.  A shared lease or a permit is first tried alongside other
+ * grants of its kind (AttemptGrantAlongside); the way below takes the
+ * name's lock in a mode that excludes every other grant: DLOCK_CHANGE_LOCKMODE for an exclusive lease
  * (whose grant also takes DLOCK_GRANT_LOCKMODE on the name, the pin of slot
  * 0), DLOCK_KIND_LOCKMODE for the others.
  */
@@ -480,8 +510,8 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 		DLOCK_CHANGE_LOCKMODE : DLOCK_KIND_LOCKMODE;
 	GrantOutcome outcome;
 
-	if (req->kind.shared && !extend_only &&
-		AttemptReaderGrant(req, limit, row, wait, &outcome))
+	if (!LeaseKindExclusive(&req->kind) && !extend_only &&
+		AttemptGrantAlongside(req, limit, row, wait, &outcome))
 		return outcome;
 
 	for (;;)

@@ -62,6 +62,7 @@ my $a_pid = $sa->query_safe('SELECT pg_backend_pid()');
 my $sb = $node->background_psql('postgres');
 my $b_token = $sb->query_safe(q{SELECT token FROM dlock.try_acquire('dead', '1h', 'b', max_holders => 2)});
 my $b_pid = $sb->query_safe('SELECT pg_backend_pid()');
+my ($a_slot, $b_slot) = map { sql("SELECT slot FROM dlock.lease_state WHERE name = 'dead' AND owner = '$_'") } qw(a b);
 is(sql(q{SELECT dlock.try_acquire('dead', '1h', 'x', max_holders => 2) IS NULL}), 't',
 	'a semaphore of 2 with two live permits refuses a third');
 
@@ -77,8 +78,8 @@ my ($c_token) = $sc->query_until(qr/waited/, '') =~ /granted-(\d+)/;
 note sprintf('the waiter was granted %.0f ms after the holder was terminated', (time - $start) * 1000);
 ok(defined $c_token, 'a waiter is granted after the session-bound holder is terminated, '
 	  . 'with every ttl at 1 hour');
-is(sql(q{SELECT string_agg(owner || ' ' || slot, ', ' ORDER BY slot) FROM dlock.lease_state WHERE name = 'dead'}),
-	'c 0, b 1', 'into the dead holder\'s slot, while the other permit stays');
+is(sql(q{SELECT string_agg(owner || ' ' || slot, ', ' ORDER BY owner) FROM dlock.lease_state WHERE name = 'dead'}),
+	"b $b_slot, c $a_slot", 'into the dead holder\'s slot, while the other permit stays');
 is(sql("SELECT dlock.fence('dead', $a_token)"), 'f', 'the dead holder\'s token fences false');
 eval { $sa->quit };
 
@@ -91,7 +92,7 @@ my $d_token = sql(q{SELECT token FROM dlock.acquire('dead', '1h', 'd', timeout =
 note sprintf('the waiter was granted %.1f s after the holder was terminated', time - $start);
 is(sql(qq{SELECT slot, acquired_at >= '$b_expires'::timestamptz
 	    FROM dlock.lease_state WHERE name = 'dead' AND owner = 'd'}),
-	'1|t', 'the next permit is granted into its slot at or after its expiry on the server clock');
+	"$b_slot|t", 'the next permit is granted into its slot at or after its expiry on the server clock');
 cmp_ok($d_token, '>', $c_token, 'with a larger token');
 is(sql("SELECT dlock.fence('dead', $b_token)"), 'f', 'the reclaimed holder\'s token fences false');
 is(sql("SELECT dlock.fence('dead', $c_token) AND dlock.fence('dead', $d_token)"), 't',
