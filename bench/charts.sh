@@ -8,6 +8,11 @@
 #   cycles    cycle-rate.svg: lock cycles per second of each method in each
 #             workload, from cycle-rate.tsv and compare-info.tsv
 #             (bench/compare.sh)
+#   kinds     kinds-rate.svg: cycles per second of shared leases and
+#             semaphore permits, by method, from kinds.tsv; writer-wait.svg:
+#             distribution (CDF) of a writer's waits behind readers, from
+#             writer-samples.tsv; both with kinds-info.tsv (bench/compare.sh,
+#             section kinds)
 #
 # Without CHART, every chart whose data is there.  bench/run.sh and
 # bench/compare.sh call it after writing their data; it can be run again by
@@ -177,16 +182,138 @@ EOF
     echo "chart: $OUT/cycle-rate.svg"
 }
 
+# --- shared leases and semaphores ---------------------------------------------
+
+# Method keys of kinds.tsv, in bar order, with their legend titles and colours
+KIND_METHODS=(floor advisory_shared plpgsql_shared dlock_shared dlock_exclusive dlock_semaphore redis_semaphore)
+declare -A KIND_TITLE=(
+    [floor]="durable floor (2 one-row UPDATE commits, random rows)"
+    [advisory_shared]="pg_advisory_xact_lock_shared"
+    [plpgsql_shared]="PL/pgSQL shared lease with token"
+    [dlock_shared]="dlock, shared => true"
+    [dlock_exclusive]="dlock exclusive, random names (reference)"
+    [dlock_semaphore]="dlock, max_holders"
+    [redis_semaphore]="Redis sorted-set semaphore (AOF always)"
+)
+declare -A KIND_COLOR=(
+    [floor]="#7f7f7f" [advisory_shared]="#9ecae1" [plpgsql_shared]="#e6550d"
+    [dlock_shared]="#a50f15" [dlock_exclusive]="#fb6a4a" [dlock_semaphore]="#67000d"
+    [redis_semaphore]="#31a354"
+)
+declare -A WRITER_TITLE=(
+    [advisory]="pg_advisory_lock behind pg_advisory_xact_lock_shared"
+    [plpgsql]="PL/pgSQL leases (the writer polls)"
+    [dlock]="dlock.acquire (queues)"
+)
+
+chart_kinds() {
+    local data=$OUT/kinds.tsv meta=$OUT/kinds-info.tsv samples=$OUT/writer-samples.tsv
+    local plot="" col m methods=() nm x xtic ymax i=0 n
+    for m in "${KIND_METHODS[@]}"; do
+        awk -F '\t' -v m="$m" 'NR > 1 && $5 == m { found = 1 } END { exit !found }' "$data" &&
+            methods+=("$m")
+    done
+    nm=${#methods[@]}
+    # One row a table (workload and setting), one column a method: the x
+    # label's three lines (the workload split at its comma), then cycles/s
+    awk -F '\t' -v list="${methods[*]}" '
+        BEGIN { nm = split(list, m, " ") }
+        NR == 1 { next }
+        !(($1 FS $4) in row) {
+            row[$1 FS $4] = ++n
+            what[n] = $1; sub(/, /, "\t", what[n])
+            how[n] = ($4 == "cpu" ? "fsync off" : "sync " $4)
+        }
+        { ops[row[$1 FS $4], $5] = $7 }
+        END {
+            for (r = 1; r <= n; r++) {
+                line = what[r] "\t" how[r]
+                for (j = 1; j <= nm; j++) line = line "\t" ops[r, m[j]]
+                print line
+            }
+        }' "$data" >"$TMP/kinds.tsv"
+    ymax=$(awk -F '\t' 'NR > 1 && $7 > max + 0 { max = $7 } END { print max * 2.5 }' "$data")
+    col=4
+    for m in "${methods[@]}"; do
+        x="(\$0 + ($((col - 4)) - ($nm - 1) / 2.0) * w)"
+        xtic=""
+        [ "$col" != 4 ] || xtic=':xtic(stringcolumn(1) . "\n" . stringcolumn(2) . "\n" . stringcolumn(3))'
+        plot+="${plot:+, }'$TMP/kinds.tsv' using $x:$col$xtic with boxes fs solid 0.9 noborder lc rgb '${KIND_COLOR[$m]}' title '${KIND_TITLE[$m]}'"
+        plot+=", '' using $x:(column($col) * 1.12):(sprintf('%.0f', column($col))) with labels rotate by 90 left font ',9' textcolor rgb '#333333' notitle"
+        col=$((col + 1))
+    done
+    gnuplot <<EOF
+$TERMINAL
+set output '$OUT/kinds-rate.svg'
+set datafile separator "\t"
+set title "Shared leases and semaphore permits: cycles (acquire + release) per second\n$(subtitle "$meta"); median of $(info "$meta" reps) run(s) of $(info "$meta" seconds_per_run) s each"
+set ylabel 'cycles per second (log scale)'
+set logscale y
+set format y '%.0f'
+set yrange [100:$ymax]
+w = 0.8 / $nm
+set boxwidth w absolute
+set xrange [-0.6:$(($(wc -l <"$TMP/kinds.tsv") - 1)).6]
+set xtics scale 0 font ',12'
+set grid ytics mytics lc rgb '#e5e5e5'
+set bmargin 10
+set key at screen 0.5, screen 0.07 center center horizontal maxrows 3 samplen 2 font ",11"
+plot $plot
+EOF
+    echo "chart: $OUT/kinds-rate.svg"
+
+    # The writer's waits: one CDF a method, in the order the file has them,
+    # each wait with the share of its method's waits at or below it
+    has_rows "$samples" || return 0
+    plot=""
+    tail -n +2 "$samples" |
+        awk -F '\t' '!($1 in order) { order[$1] = ++n } { print order[$1] "\t" $0 }' |
+        sort -t "$(printf '\t')" -k1,1n -k3,3g >"$TMP/wsorted.tsv"
+    awk -F '\t' 'NR == FNR { count[$1]++; next }
+                 $1 != last { if (last != "") printf "\n\n"; last = $1; i = 0; printf "%s\t0\n", $3 }
+                 { printf "%s\t%.6f\n", $3, ++i / count[$1] }' "$TMP/wsorted.tsv" "$TMP/wsorted.tsv" \
+        >"$TMP/wcdf.tsv"
+    while IFS=$'\t' read -r m n; do
+        plot+="${plot:+, }'$TMP/wcdf.tsv' index $i using 1:2 with steps lw 2 title '${WRITER_TITLE[$m]:-$m} ($n waits)'"
+        i=$((i + 1))
+    done < <(tail -n +2 "$samples" |
+        awk -F '\t' '!($1 in n) { order[++k] = $1 } { n[$1]++ } END { for (i = 1; i <= k; i++) print order[i] "\t" n[order[i]] }')
+    gnuplot <<EOF
+$TERMINAL
+set output '$OUT/writer-wait.svg'
+set datafile separator "\t"
+set title "A writer's wait for an exclusive lock of a name that readers keep taking shared\n$(subtitle "$meta")"
+set xlabel 'wait (ms, log scale)'
+set ylabel 'share of waits at or below the time'
+set logscale x
+set format x '%g'
+set xtics (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+set yrange [0:1.03]
+set ytics 0, 0.1, 1
+set grid xtics ytics lc rgb '#dddddd'
+set rmargin 8
+set arrow from graph 0, first 0.5 to graph 1, first 0.5 nohead dt 2 lc rgb '#888888'
+set arrow from graph 0, first 0.99 to graph 1, first 0.99 nohead dt 2 lc rgb '#888888'
+set label 'median' at graph 1.01, first 0.5 left textcolor rgb '#555555'
+set label 'p99' at graph 1.01, first 0.99 left textcolor rgb '#555555'
+set key below box
+plot $plot
+EOF
+    echo "chart: $OUT/writer-wait.svg"
+}
+
 charts=("$@")
 if [ ${#charts[@]} -eq 0 ]; then
     has_rows "$OUT/handoff-samples.tsv" && charts+=(handoff)
     has_rows "$OUT/cycle-rate.tsv" && charts+=(cycles)
+    has_rows "$OUT/kinds.tsv" && charts+=(kinds)
 fi
 for chart in "${charts[@]}"; do
     case $chart in
         handoff) has_rows "$OUT/handoff-samples.tsv" || { echo "charts: no data in $OUT/handoff-samples.tsv" >&2; exit 1; } ;;
         cycles) has_rows "$OUT/cycle-rate.tsv" || { echo "charts: no data in $OUT/cycle-rate.tsv" >&2; exit 1; } ;;
-        *) echo "usage: charts.sh [handoff] [cycles]" >&2; exit 64 ;;
+        kinds) has_rows "$OUT/kinds.tsv" || { echo "charts: no data in $OUT/kinds.tsv" >&2; exit 1; } ;;
+        *) echo "usage: charts.sh [handoff] [cycles] [kinds]" >&2; exit 64 ;;
     esac
     "chart_$chart"
 done

@@ -34,6 +34,18 @@
 #   and the guard's own cost per row (a count(*) with and without it)
 #   dlock's cycle rate with 1,000 versus 1,000,000 names in lease_state
 #   dlock.lease_state's size and HOT-update share after many cycles
+#   shared leases and semaphores, each holder with its own lease:
+#     shared cycles (acquire + release) of one name with 8 readers, with
+#     synchronous_commit on, and with fsync = off: the durable floor;
+#     pg_advisory_xact_lock_shared; a PL/pgSQL shared lease with tokens
+#     (plpgsql_lease.sql); dlock.acquire(shared => true) + release; and, for
+#     reference, dlock's exclusive cycle on random names
+#     permits of a semaphore of 4 on one name with 16 clients: the durable
+#     floor; dlock.acquire(max_holders => 4) + release; Redis, a sorted-set
+#     semaphore in one EVAL + ZREM (redis_lock.c), AOF appendfsync always
+#     a writer's wait for an exclusive lock of a name that 8 readers keep
+#     taking shared (writer_wait.c): advisory locks, the PL/pgSQL leases
+#     (the writer polls), dlock (it queues)
 #
 # Methods run in turn (A B C A B C ...), REPS times each with a fixed
 # duration; the tables show the median of the repetitions.
@@ -44,12 +56,14 @@
 # (bench/charts.sh).
 #
 # Needs dlock installed (make install).  Installs redis-server, libhiredis-dev,
-# libpq-dev and gnuplot-nox when they are missing.  BENCH_QUICK=1 runs in under
+# libpq-dev and gnuplot-nox when they are missing.  BENCH_QUICK=1 runs in about
 # a minute to show that the benchmark works; its figures mean nothing.
 # SECONDS_PER_RUN, REPS, FENCE_REPS, SCALE_REPS, SCALE_WARMUP_SECONDS, POLL_MS
 # and CHURN_SECONDS override the defaults; BENCH_SECTIONS picks some of the
-# parts: cycles guarded sets fence churn scale (churn's table counts what ran
-# before it).
+# parts: cycles guarded sets fence churn scale kinds (churn's table counts
+# what ran before it).  Section kinds also writes kinds.tsv (its cycle-rate
+# rows), writer-samples.tsv (every writer wait, in ms) and kinds-info.tsv, and
+# the charts kinds-rate.svg and writer-wait.svg.
 
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
@@ -138,6 +152,9 @@ cc -O2 -Wall -Wextra -Werror -pthread -o "$WORK/bin/redis_lock" \
 cc -O2 -Wall -Wextra -Werror -pthread -I"$("$PG_CONFIG" --includedir)" \
     -o "$WORK/bin/redis_pg_guarded" "$BENCH_DIR/redis_pg_guarded.c" \
     -L"$("$PG_CONFIG" --libdir)" -lhiredis -lpq -lm
+cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" \
+    -o "$WORK/bin/writer_wait" "$BENCH_DIR/writer_wait.c" \
+    -L"$("$PG_CONFIG" --libdir)" -lpq -lm
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/bin" "$WORK/sql" "$WORK/logs"
 
 if (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; then
@@ -187,7 +204,8 @@ latency_stats() {
 # the client polls every POLL ms until granted; misses are the refused polls,
 # and a cycle's latency includes them.  DB selects the database, DURATION
 # overrides SECONDS_PER_RUN, NO_CHECKPOINT=1 skips the checkpoint before it,
-# PG_OPTIONS adds settings to the sessions' PGOPTIONS ("-c name=value ...").
+# PG_OPTIONS adds settings to the sessions' PGOPTIONS ("-c name=value ..."),
+# PG_DEFINE one more variable of the script ("name=value").
 pg_run() {
     local script=$1 clients=$2 sync=$3 names=$4 poll=$5
     local dir out tries=1 jobs=$(($2 < 2 ? $2 : 2))
@@ -201,7 +219,7 @@ pg_run() {
     [ "${BENCH_QUICK:-0}" = 1 ] || [ "${NO_CHECKPOINT:-0}" = 1 ] || psql_do -c CHECKPOINT
     if ! out=$(cd "$dir" && run env PGOPTIONS="-c synchronous_commit=$sync${PG_OPTIONS:+ $PG_OPTIONS}" \
             pgbench -n -M prepared -c "$clients" -j "$jobs" -T "${DURATION:-$SECONDS_PER_RUN}" \
-            -D names="$names" -D pause_ms="$poll" --max-tries="$tries" \
+            -D names="$names" -D pause_ms="$poll" ${PG_DEFINE:+-D "$PG_DEFINE"} --max-tries="$tries" \
             -l --log-prefix="$dir/tx" -f "$WORK/sql/$script" 2>&1); then
         echo "$out" >&2
         return 1
@@ -239,7 +257,7 @@ median() {
 }
 
 # section NAME: whether BENCH_SECTIONS (default: all) names this part
-section() { [[ " ${BENCH_SECTIONS:-cycles guarded sets fence churn scale} " == *" $1 "* ]]; }
+section() { [[ " ${BENCH_SECTIONS:-cycles guarded sets fence churn scale kinds} " == *" $1 "* ]]; }
 
 # start_tsv: (once a run) a new cycle-rate.tsv and compare-info.tsv in OUT,
 # for the first section that writes rows
@@ -249,12 +267,17 @@ start_tsv() {
     TSV_STARTED=yes
     OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
     mkdir -p "$OUT"
+    write_info "$OUT/compare-info.tsv"
+    printf 'workload\tclients\tnames\tsetting\tmethod\tlabel\tops_per_s\tmean_ms\tp99_ms\tmisses\n' \
+        >"$OUT/cycle-rate.tsv"
+}
+
+# write_info FILE: the run's date, mode, versions and settings, for the charts
+write_info() {
     printf '%s\t%s\n' date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
         mode "$([ "${BENCH_QUICK:-0}" = 1 ] && echo quick || echo full)" \
         postgres "$(psql_val 'SHOW server_version')" redis "$(redis-server --version | awk '{ print $3 }' | sed 's/^v=//')" \
-        cpus "$(nproc)" seconds_per_run "$SECONDS_PER_RUN" reps "$REPS" >"$OUT/compare-info.tsv"
-    printf 'workload\tclients\tnames\tsetting\tmethod\tlabel\tops_per_s\tmean_ms\tp99_ms\tmisses\n' \
-        >"$OUT/cycle-rate.tsv"
+        cpus "$(nproc)" seconds_per_run "$SECONDS_PER_RUN" reps "$REPS" >"$1"
 }
 
 # --- lock-cycle tables ------------------------------------------------------
@@ -274,7 +297,8 @@ alternate() {
 
 # print_table: one table of LABELS and the medians of RESULTS; the first
 # method is the durable floor.  With TSV_ROW set (the workload's columns),
-# also adds a row a method, named by KEYS, to cycle-rate.tsv
+# also adds a row a method, named by KEYS, to cycle-rate.tsv (or to the file
+# TSV_FILE names)
 print_table() {
     local i col floor_ops ops mean p99 misses
     printf '| %-44s | %9s | %8s | %8s | %7s | %8s |\n' method ops/s "mean ms" "p99 ms" "x floor" misses
@@ -288,7 +312,7 @@ print_table() {
         printf '| %-44s | %9.0f | %8.3f | %8.3f | %7.2f | %8.0f |\n' "${LABELS[i]}" \
             "$ops" "$mean" "$p99" "$(awk -v a="$ops" -v b="$floor_ops" 'BEGIN { print a / b }')" "$misses"
         [ -z "${TSV_ROW:-}" ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$TSV_ROW" "${KEYS[i]}" \
-            "${LABELS[i]}" "$ops" "$mean" "$p99" "$misses" >>"$OUT/cycle-rate.tsv"
+            "${LABELS[i]}" "$ops" "$mean" "$p99" "$misses" >>"${TSV_FILE:-$OUT/cycle-rate.tsv}"
     done
 }
 
@@ -681,5 +705,175 @@ if section scale; then
     done
 
     echo
+fi
+
+# --- shared leases and semaphores ----------------------------------------------
+
+# Readers of the shared tables, clients of the semaphore and its size; the
+# writer's timeout, how long it holds the name and pauses between cycles
+READERS=8 SEM_CLIENTS=16 SEM_PERMITS=4
+WRITER_TIMEOUT_MS=1000 WRITER_HOLD_MS=1 WRITER_PAUSE_MS=10
+
+# ops_of I: the median ops/s of method I in RESULTS
+ops_of() { awk 'NF { print $1 }' <<<"${RESULTS[$1]}" | median; }
+
+# versus I J...: a line with method I's ops/s over each method J's
+versus() {
+    local i=$1 j line=""
+    shift
+    for j in "$@"; do
+        line+="${line:+; }$(awk -v a="$(ops_of "$i")" -v b="$(ops_of "$j")" 'BEGIN { printf "%.2fx", a / b }') ${LABELS[j]}"
+    done
+    echo
+    echo "${LABELS[i]}, cycles/s against: $line."
+}
+
+# shared_table SYNC: shared cycles of one name, READERS clients; SYNC is on
+# or cpu (synchronous_commit on with fsync off)
+shared_table() {
+    local sync=$1 setting what
+    case $sync in
+        on) setting="synchronous_commit=on" ;;
+        cpu) setting="fsync=off: CPU cost alone" ;;
+    esac
+    what="shared leases of one name, $READERS readers"
+    say "$what, $setting"
+    [ "$sync" != cpu ] || psql_do -c 'ALTER SYSTEM SET fsync = off' -c 'SELECT pg_reload_conf()' >/dev/null
+    LABELS=("durable floor: 2 x one-row UPDATE"
+            "pg_advisory_xact_lock_shared (1 transaction)"
+            "PL/pgSQL shared lease with token"
+            "dlock.acquire(shared => true) + release"
+            "dlock exclusive, random names (reference)")
+    # The floor and the exclusive reference on random names out of NAMES:
+    # one changed row per commit each, as a shared grant or release
+    CMDS=("pg_run floor.sql $READERS on $NAMES 0"
+          "pg_run shared_advisory.sql $READERS on 1 0"
+          "pg_run shared_plpgsql.sql $READERS on 1 $POLL_MS"
+          "pg_run shared_dlock.sql $READERS on 1 0"
+          "pg_run dlock_try.sql $READERS on $NAMES 0")
+    KEYS=(floor advisory_shared plpgsql_shared dlock_shared dlock_exclusive)
+    alternate
+    [ "$sync" != cpu ] || psql_do -c 'ALTER SYSTEM RESET fsync' -c 'SELECT pg_reload_conf()' >/dev/null
+    echo
+    echo "### $what, $setting"
+    echo
+    TSV_FILE=$OUT/kinds.tsv TSV_ROW="$what"$'\t'"$READERS"$'\t'1$'\t'"$sync" print_table
+    versus 3 1 2 4
+}
+
+# semaphore_table: permits of a semaphore of SEM_PERMITS on one name,
+# SEM_CLIENTS clients, synchronous_commit on, Redis appendfsync always
+semaphore_table() {
+    local what="semaphore of $SEM_PERMITS on one name, $SEM_CLIENTS clients"
+    say "$what"
+    redis CONFIG SET appendfsync always >/dev/null
+    LABELS=("durable floor: 2 x one-row UPDATE"
+            "dlock.acquire(max_holders => $SEM_PERMITS) + release"
+            "Redis sorted-set EVAL + ZREM, AOF always")
+    # dlock waits in arrival order; Redis cannot wait, so it polls every
+    # POLL_MS, like the methods that cannot wait on the hot name
+    CMDS=("pg_run floor.sql $SEM_CLIENTS on $NAMES 0"
+          "PG_DEFINE=permits=$SEM_PERMITS pg_run semaphore_dlock.sql $SEM_CLIENTS on 1 0"
+          "\"\$WORK/bin/redis_lock\" 127.0.0.1 $REDIS_PORT $SEM_CLIENTS \$SECONDS_PER_RUN 1 $POLL_MS $SEM_PERMITS")
+    KEYS=(floor dlock_semaphore redis_semaphore)
+    alternate
+    echo
+    echo "### $what, synchronous_commit=on (Redis: appendfsync always)"
+    echo
+    TSV_FILE=$OUT/kinds.tsv TSV_ROW="$what"$'\t'"$SEM_CLIENTS"$'\t'1$'\t'on print_table
+    versus 1 2
+}
+
+# writer_run METHOD: READERS clients cycle shared leases of one name (as in
+# shared_table) while one writer takes it exclusively in cycles
+# (writer_wait.c); prints the readers' "ops_per_s mean_ms p99_ms misses" and
+# the writer's "p50_ms p99_ms max_ms grants timeouts", and appends the
+# writer's waits to writer-samples.tsv
+writer_run() {
+    local method=$1 readers poll=0 wpoll=0 options="" acquire release wpid line samples
+    case $method in
+        advisory)
+            # The session lock conflicts with the readers' transaction locks
+            readers=shared_advisory.sql options="-c lock_timeout=$WRITER_TIMEOUT_MS"
+            acquire="SELECT pg_advisory_lock(1)" release="SELECT pg_advisory_unlock(1)" ;;
+        plpgsql)
+            # lock_timeout bounds the writer's waits for the readers' row locks
+            readers=shared_plpgsql.sql poll=$POLL_MS wpoll=$POLL_MS options="-c lock_timeout=$WRITER_TIMEOUT_MS"
+            acquire="SELECT plpgsql_acquire_writer('bench-shared', '10 s', 'writer')"
+            release="SELECT plpgsql_release('bench-shared', 'writer')" ;;
+        dlock)
+            readers=shared_dlock.sql
+            acquire="SELECT token FROM dlock.acquire('bench-shared', '10 s', 'writer', timeout => '$WRITER_TIMEOUT_MS ms')"
+            release="SELECT dlock.release('bench-shared', 'writer')" ;;
+    esac
+    samples=$(as_run_user mktemp "$WORK/logs/writer.XXXXXX")
+    [ "${BENCH_QUICK:-0}" = 1 ] || psql_do -c CHECKPOINT
+    # The writer starts 0.3 s after the readers and stops before them
+    run env PGOPTIONS="-c synchronous_commit=on $options" WRITER_SAMPLES="$samples" \
+        "$WORK/bin/writer_wait" 300 "$(awk -v s="$SECONDS_PER_RUN" 'BEGIN { print s - 0.5 }')" \
+        "$WRITER_TIMEOUT_MS" "$WRITER_HOLD_MS" "$WRITER_PAUSE_MS" "$wpoll" "$acquire" "$release" \
+        >"$samples.out" &
+    wpid=$!
+    line=$(NO_CHECKPOINT=1 pg_run "$readers" "$READERS" on 1 "$poll") || { wait "$wpid"; return 1; }
+    wait "$wpid" || return 1
+    echo "$line $(cat "$samples.out")"
+    awk -v m="$method" '{ print m "\t" $1 }' "$samples" >>"$OUT/writer-samples.tsv"
+    rm -f "$samples" "$samples.out"
+}
+
+writer_table() {
+    local what="a writer behind $READERS readers of one name" i col
+    say "$what"
+    LABELS=("advisory: pg_advisory_lock, lock_timeout"
+            "PL/pgSQL leases: writer polls every $POLL_MS ms"
+            "dlock.acquire(timeout => $WRITER_TIMEOUT_MS ms)")
+    CMDS=("writer_run advisory" "writer_run plpgsql" "writer_run dlock")
+    alternate
+    echo
+    echo "### $what, synchronous_commit=on"
+    echo
+    echo "The readers cycle as in the shared table; the writer, in one session, acquires exclusively"
+    echo "(timeout $WRITER_TIMEOUT_MS ms), holds $WRITER_HOLD_MS ms, releases, pauses $WRITER_PAUSE_MS ms, again. *writer p50, p99*: from its"
+    echo "acquire's start to the grant (a timed-out attempt counts with its wait). Readers: pg_advisory_xact_lock_shared,"
+    echo "the PL/pgSQL shared lease (polls every $POLL_MS ms while the writer holds), dlock.acquire(shared => true)."
+    echo
+    printf '| %-46s | %13s | %10s | %8s | %10s | %10s | %10s | %7s | %8s |\n' writer "readers ops/s" \
+        "reader p99" misses "writer p50" "writer p99" "writer max" grants timeouts
+    printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" --------------: -----------: \
+        ---------: -----------: -----------: -----------: --------: ---------:
+    for i in "${!LABELS[@]}"; do
+        for col in 1 3 4 5 6 7 8 9; do
+            printf -v "c$col" '%s' "$(awk -v c="$col" 'NF { print $c }' <<<"${RESULTS[i]}" | median)"
+        done
+        printf '| %-46s | %13.0f | %10.3f | %8.0f | %10.3f | %10.3f | %10.3f | %7.0f | %8.0f |\n' "${LABELS[i]}" \
+            "$c1" "$c3" "$c4" "$c5" "$c6" "$c7" "$c8" "$c9"
+    done
+    echo
+    echo "Times in ms; medians of the $REPS runs of each figure."
+}
+
+if section kinds; then
+    OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
+    mkdir -p "$OUT"
+    write_info "$OUT/kinds-info.tsv"
+    printf 'workload\tclients\tnames\tsetting\tmethod\tlabel\tops_per_s\tmean_ms\tp99_ms\tmisses\n' >"$OUT/kinds.tsv"
+    printf 'method\tsample_ms\n' >"$OUT/writer-samples.tsv"
+    for sync in on cpu; do
+        [ "${BENCH_QUICK:-0}" = 1 ] && [ "$sync" = cpu ] && continue
+        shared_table "$sync"
+    done
+    semaphore_table
+    writer_table
+    echo
+    echo "Every holder of a shared lease or a permit has its own lease and token; Redis's permits expire"
+    echo "on the clients' clocks and have no token that a guarded write could check."
+    # The queues leave nothing behind once every client has gone
+    left=$(psql_val 'SELECT count(*) FROM dlock.locks')
+    if [ "$left" != 0 ]; then
+        echo "dlock locks left in pg_locks after the runs: $left" >&2
+        exit 1
+    fi
+    echo
+    BENCH_OUT=$OUT bash "$SRC_DIR/bench/charts.sh" kinds
 fi
 echo "Whole run: $(($(date +%s) - T0)) s."

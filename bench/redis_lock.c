@@ -2,7 +2,7 @@
  * redis_lock.c
  *	  Acquire + release cycles of a Redis lock, for bench/compare.sh.
  *
- *	  redis_lock HOST PORT CLIENTS SECONDS NAMES PAUSE_MS
+ *	  redis_lock HOST PORT CLIENTS SECONDS NAMES PAUSE_MS [PERMITS]
  *
  *	Each of CLIENTS threads has its own connection and, until SECONDS have
  *	passed, picks a name at random out of NAMES ("k1" .. "kNAMES") and runs
@@ -12,6 +12,21 @@
  *			   so that a release can tell its own grant from a later one;
  *	  release: a Lua script run by EVAL that deletes the key only if it still
  *			   holds that value (compare-and-delete in one step).
+ *
+ *	With PERMITS, a cycle takes and gives back a permit of a counting
+ *	semaphore of PERMITS on the name ("sem1" .. "semNAMES"), the usual
+ *	sorted-set recipe: the key is a sorted set of the live permits, each
+ *	member unique to its grant, scored by its expiry time in milliseconds
+ *	on the client's clock;
+ *
+ *	  acquire: a Lua script run by EVAL (atomic, as Redis runs a script
+ *			   alone) that removes the members whose expiry has passed,
+ *			   and adds this one, expiring in 10 s, if fewer than PERMITS
+ *			   are left;
+ *	  release: ZREM of the member.
+ *
+ *	The expiry is only as good as the clients' clocks agree, and a permit
+ *	has no token that a guarded write could check.
  *
  *	A refused acquire (the name is held) is handled like the PostgreSQL
  *	methods' pgbench scripts handle it:
@@ -39,6 +54,17 @@ static const char *release_script =
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then "
 	"return redis.call('DEL', KEYS[1]) end return 0";
 
+/*
+ * A permit's acquire: ARGV = the client's time now (ms), PERMITS, the ttl
+ * (ms) and the member; 1 when granted, 0 when PERMITS are live
+ */
+static const char *permit_script =
+	"local now = tonumber(ARGV[1]) "
+	"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) "
+	"if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then "
+	"redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[4]) "
+	"return 1 end return 0";
+
 typedef struct Client
 {
 	int			id;
@@ -57,6 +83,7 @@ static const char *host;
 static int	port;
 static int	names;
 static int	pause_ms;
+static int	permits;			/* 0: a lock, not a semaphore */
 static double deadline_us;		/* CLOCK_MONOTONIC, set before the start */
 static pthread_barrier_t start_line;
 
@@ -67,6 +94,56 @@ now_us(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* wall_ms - the client's wall clock, which the semaphore's scores use */
+static long long
+wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* try_grant - one acquire attempt: 1 granted, 0 refused, -1 error */
+static int
+try_grant(Client *c, const char *key, const char *value)
+{
+	redisReply *reply;
+	int			granted;
+
+	if (permits == 0)
+	{
+		reply = redisCommand(c->conn, "SET %s %s NX PX 10000", key, value);
+		if (reply == NULL)
+			return -1;
+		granted = reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0;
+		if (!granted && reply->type != REDIS_REPLY_NIL)
+		{
+			fprintf(stderr, "redis_lock: SET: unexpected reply type %d\n", reply->type);
+			freeReplyObject(reply);
+			return -1;
+		}
+	}
+	else
+	{
+		reply = redisCommand(c->conn, "EVAL %s 1 %s %lld %d 10000 %s", permit_script,
+							 key, wall_ms(), permits, value);
+		if (reply == NULL)
+			return -1;
+		if (reply->type != REDIS_REPLY_INTEGER)
+		{
+			fprintf(stderr, "redis_lock: EVAL: unexpected reply type %d%s%s\n", reply->type,
+					reply->type == REDIS_REPLY_ERROR ? ": " : "",
+					reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+			freeReplyObject(reply);
+			return -1;
+		}
+		granted = reply->integer == 1;
+	}
+	freeReplyObject(reply);
+	return granted;
 }
 
 static void
@@ -95,22 +172,15 @@ run_cycle(Client *c, unsigned long serial)
 	redisReply *reply;
 	int			granted = 0;
 
-	snprintf(key, sizeof(key), "k%d", 1 + (int) (rand_r(&c->seed) % (unsigned) names));
+	snprintf(key, sizeof(key), "%s%d", permits ? "sem" : "k",
+			 1 + (int) (rand_r(&c->seed) % (unsigned) names));
 	snprintf(value, sizeof(value), "client-%d-%lu", c->id, serial);
 
 	for (;;)
 	{
-		reply = redisCommand(c->conn, "SET %s %s NX PX 10000", key, value);
-		if (reply == NULL)
+		granted = try_grant(c, key, value);
+		if (granted < 0)
 			return 0;
-		granted = reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0;
-		if (!granted && reply->type != REDIS_REPLY_NIL)
-		{
-			fprintf(stderr, "redis_lock: SET: unexpected reply type %d\n", reply->type);
-			freeReplyObject(reply);
-			return 0;
-		}
-		freeReplyObject(reply);
 		if (granted)
 			break;
 		if (pause_ms == 0)
@@ -127,7 +197,10 @@ run_cycle(Client *c, unsigned long serial)
 		nanosleep(&pause, NULL);
 	}
 
-	reply = redisCommand(c->conn, "EVAL %s 1 %s %s", release_script, key, value);
+	if (permits == 0)
+		reply = redisCommand(c->conn, "EVAL %s 1 %s %s", release_script, key, value);
+	else
+		reply = redisCommand(c->conn, "ZREM %s %s", key, value);
 	if (reply == NULL)
 		return 0;
 	if (reply->type != REDIS_REPLY_INTEGER || reply->integer != 1)
@@ -187,9 +260,9 @@ main(int argc, char **argv)
 	long		n = 0;
 	int			failed = 0;
 
-	if (argc != 7)
+	if (argc != 7 && argc != 8)
 	{
-		fprintf(stderr, "usage: redis_lock HOST PORT CLIENTS SECONDS NAMES PAUSE_MS\n");
+		fprintf(stderr, "usage: redis_lock HOST PORT CLIENTS SECONDS NAMES PAUSE_MS [PERMITS]\n");
 		return 64;
 	}
 	host = argv[1];
@@ -198,7 +271,8 @@ main(int argc, char **argv)
 	seconds = atof(argv[4]);
 	names = atoi(argv[5]);
 	pause_ms = atoi(argv[6]);
-	if (nclients < 1 || seconds <= 0 || names < 1 || pause_ms < 0)
+	permits = argc == 8 ? atoi(argv[7]) : 0;
+	if (nclients < 1 || seconds <= 0 || names < 1 || pause_ms < 0 || (argc == 8 && permits < 1))
 	{
 		fprintf(stderr, "redis_lock: bad arguments\n");
 		return 64;
