@@ -499,14 +499,17 @@ not_this_way:
  * grants of its kind (AttemptGrantAlongside); the way below takes the
  * name's lock in a mode that excludes every other grant: DLOCK_CHANGE_LOCKMODE for an exclusive lease
  * (whose grant also takes DLOCK_GRANT_LOCKMODE on the name, the pin of slot
- * 0), DLOCK_KIND_LOCKMODE for the others.
+ * 0), DLOCK_KIND_LOCKMODE for the others.  Extending the owner's own live
+ * lease needs only DLOCK_CHANGE_LOCKMODE, whatever its kind: it writes no
+ * row that a grant made alongside others could write, so it does not wait
+ * for them.
  */
 static GrantOutcome
 AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 			 LeaseRow *row, GrantWait *wait)
 {
 	const LeaseName *name = &req->name;
-	LOCKMODE	mode = LeaseKindExclusive(&req->kind) ?
+	LOCKMODE	mode = LeaseKindExclusive(&req->kind) || extend_only ?
 		DLOCK_CHANGE_LOCKMODE : DLOCK_KIND_LOCKMODE;
 	GrantOutcome outcome;
 
