@@ -95,8 +95,8 @@
  * permits of one semaphore.  A grant goes into the lowest free slot below
  * its limit (1 for exclusive, N, DLOCK_MAX_HOLDERS) whose pin it can take;
  * slots are reused, so a name has no more rows than it ever had holders (and
- * ended holders still fenced) at once.  Shared leases granted at the same
- * time as one another leave slot 0 alone (lease_api.c).  Before a grant
+ * ended holders still fenced) at once.  Shared leases and permits granted
+ * alongside one another leave slot 0 alone (lease_api.c).  Before a grant
  * commits, the transactions that fenced the token of the slot it writes,
  * and those that fenced any row of another kind, must have ended
  * (LeaseRowPinConflicts): a fenced shared token holds off exclusive grants
