@@ -325,6 +325,20 @@ GrantPinsRelease(const LeaseName *name, const LeaseRows *rows,
 }
 
 /*
+ * NotGranted - the outcome of a decision that grants nothing (extend_only
+ * turns a free name into GRANT_QUEUED), with until when in *wait
+ */
+static GrantOutcome
+NotGranted(const LeaseDecision *d, GrantWait *wait)
+{
+	wait->until = d->until;
+	wait->session_token = d->session_token;
+	if (d->status == LEASE_FREE)
+		return GRANT_QUEUED;
+	return d->status == LEASE_LIVE ? GRANT_HELD : GRANT_DELAYED;
+}
+
+/*
  * ClaimTag - the tag a grant made alongside others claims, in
  * DLOCK_SPACE_CLAIM, so that two such grants made at the same time neither
  * write the same empty slot nor both make a lease for one owner: key the
@@ -405,6 +419,7 @@ AttemptGrantAlongside(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
 	LOCKTAG		kind_claim;
 	LOCKTAG		owner_claim;
 	TimestampTz now;
+	bool		settled = false;
 
 	*outcome = GRANT_BUSY;
 	if (!NameLockAcquire(name, DLOCK_ALONGSIDE_LOCKMODE, limit))
@@ -428,22 +443,17 @@ AttemptGrantAlongside(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
 	for (int i = 0; i < rows.count; i++)
 	{
 		if (!LeaseKindEqual(&rows.row[i].kind, &req->kind))
-			goto not_this_way;
+			goto give_back;
 	}
 	now = GetCurrentTimestamp();
 	LeaseDecide(name, &rows, &req->kind, req->owner, now, &d);
 	if (d.mine >= 0)
-		goto not_this_way;
+		goto give_back;
 	if (d.status != LEASE_FREE)
 	{
-		LockRelease(&owner_claim, ExclusiveLock, false);
-		LockRelease(&kind_claim, kind_mode, false);
-		NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
-		LeaseStoreClose(&store);
-		wait->until = d.until;
-		wait->session_token = d.session_token;
-		*outcome = d.status == LEASE_LIVE ? GRANT_HELD : GRANT_DELAYED;
-		return true;
+		*outcome = NotGranted(&d, wait);
+		settled = true;
+		goto give_back;
 	}
 
 	for (int c = 0; c < d.ncandidates; c++)
@@ -479,12 +489,16 @@ AttemptGrantAlongside(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
 		LockRelease(&claim, DLOCK_GRANT_LOCKMODE, false);
 	}
 
-not_this_way:
+	/*
+	 * Not this way (false: no free slot could be claimed, rows of another
+	 * kind, the owner's own lease), or settled without a grant (true)
+	 */
+give_back:
 	LockRelease(&owner_claim, ExclusiveLock, false);
 	LockRelease(&kind_claim, kind_mode, false);
 	NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
 	LeaseStoreClose(&store);
-	return false;
+	return settled;
 }
 
 /*
@@ -543,11 +557,7 @@ AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
 		{
 			NameLockRelease(name, mode);
 			LeaseStoreClose(&store);
-			wait->until = d.until;
-			wait->session_token = d.session_token;
-			if (d.status == LEASE_FREE)
-				return GRANT_QUEUED;
-			return d.status == LEASE_LIVE ? GRANT_HELD : GRANT_DELAYED;
+			return NotGranted(&d, wait);
 		}
 
 		/*

@@ -359,6 +359,38 @@ guarded_write(PGconn *conn, struct worker_stats *st, const char *sql,
 }
 
 /*
+ * commit_write - commit the transaction of a write that went through, and
+ * record in *status whether it was acknowledged, rolled back or unknown
+ */
+static void
+commit_write(PGconn *conn, struct worker_stats *st, unsigned char *status)
+{
+	PGresult   *res = PQexec(conn, "COMMIT");
+
+	if (PQresultStatus(res) == PGRES_COMMAND_OK &&
+		strcmp(PQcmdStatus(res), "COMMIT") == 0)
+	{
+		*status = W_ACKED;
+		st->acked++;
+	}
+	else if (PQstatus(conn) == CONNECTION_OK &&
+			 PQtransactionStatus(conn) == PQTRANS_IDLE)
+	{
+		/* the server answered, and what it answered was a rollback */
+		note_error(st, "commit", PQresultStatus(res) == PGRES_COMMAND_OK ?
+				   "transaction rolled back" : PQerrorMessage(conn));
+		*status = W_ABORTED;
+		st->aborted++;
+	}
+	else
+	{
+		note_error(st, "commit", PQerrorMessage(conn));
+		st->unknown++;
+	}
+	PQclear(res);
+}
+
+/*
  * The read-modify-write.  Its outcome goes to wstatus before anything is
  * sent, so that a crash in between leaves "unknown", never "not sent".
  */
@@ -418,28 +450,7 @@ write_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	if (!written)
 		return;
 
-	res = PQexec(conn, "COMMIT");
-	if (PQresultStatus(res) == PGRES_COMMAND_OK &&
-		strcmp(PQcmdStatus(res), "COMMIT") == 0)
-	{
-		*status = W_ACKED;
-		st->acked++;
-	}
-	else if (PQstatus(conn) == CONNECTION_OK &&
-			 PQtransactionStatus(conn) == PQTRANS_IDLE)
-	{
-		/* the server answered, and what it answered was a rollback */
-		note_error(st, "commit", PQresultStatus(res) == PGRES_COMMAND_OK ?
-				   "transaction rolled back" : PQerrorMessage(conn));
-		*status = W_ABORTED;
-		st->aborted++;
-	}
-	else
-	{
-		note_error(st, "commit", PQerrorMessage(conn));
-		st->unknown++;
-	}
-	PQclear(res);
+	commit_write(conn, st, status);
 }
 
 /* A worker's fenced UPDATE changed its row: count it in */
@@ -511,27 +522,7 @@ append_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	sleep_until(now_ms() + work_ms);
 	leave_writers();
 
-	res = PQexec(conn, "COMMIT");
-	if (PQresultStatus(res) == PGRES_COMMAND_OK &&
-		strcmp(PQcmdStatus(res), "COMMIT") == 0)
-	{
-		*status = W_ACKED;
-		st->acked++;
-	}
-	else if (PQstatus(conn) == CONNECTION_OK &&
-			 PQtransactionStatus(conn) == PQTRANS_IDLE)
-	{
-		note_error(st, "commit", PQresultStatus(res) == PGRES_COMMAND_OK ?
-				   "transaction rolled back" : PQerrorMessage(conn));
-		*status = W_ABORTED;
-		st->aborted++;
-	}
-	else
-	{
-		note_error(st, "commit", PQerrorMessage(conn));
-		st->unknown++;
-	}
-	PQclear(res);
+	commit_write(conn, st, status);
 }
 
 /* One worker's life; the return value is its exit status */

@@ -61,6 +61,8 @@
 
 #include <libpq-fe.h>
 
+#include "client.h"
+
 /* What a worker asks for; the marker's second key is the role + 1 */
 typedef enum Role
 {
@@ -72,32 +74,6 @@ typedef enum Role
 static const char *const role_names[] = {"permit", "reader", "writer"};
 
 #define SEM_LIMIT	3
-
-static double
-now_s(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return tv.tv_sec + tv.tv_usec / 1e6;
-}
-
-static const char *
-sqlstate(const PGresult *res)
-{
-	const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-	return s ? s : "";
-}
-
-static int
-failed(int worker, const char *what, const PGresult *res)
-{
-	fprintf(stderr, "worker %d: %s%s%s\n", worker, what,
-			res ? ": " : "", res ? PQresultErrorMessage(res) : "");
-	fflush(stderr);
-	return 1;
-}
 
 /* a statement that must succeed; NULL (after a message) when it did not */
 static PGresult *

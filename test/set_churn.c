@@ -36,31 +36,7 @@
 
 #include <libpq-fe.h>
 
-static double
-now_s(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return tv.tv_sec + tv.tv_usec / 1e6;
-}
-
-static const char *
-sqlstate(const PGresult *res)
-{
-	const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-	return s ? s : "";
-}
-
-static int
-failed(int worker, const char *what, const PGresult *res)
-{
-	fprintf(stderr, "worker %d: %s%s%s\n", worker, what,
-			res ? ": " : "", res ? PQresultErrorMessage(res) : "");
-	fflush(stderr);
-	return 1;
-}
+#include "client.h"
 
 /* run a query to the end, again as long as a stray cancel interrupts it */
 static PGresult *

@@ -36,14 +36,7 @@
 
 #include <libpq-fe.h>
 
-static double
-now_s(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return tv.tv_sec + tv.tv_usec / 1e6;
-}
+#include "../client.h"
 
 /* one statement; NULL (and the connection dropped) on any error */
 static PGresult *
