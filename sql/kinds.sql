@@ -358,4 +358,34 @@ SELECT owner, state, shared FROM dlock.leases WHERE name = 'kinds:tx' AND state 
 SELECT dlock.fence('kinds:tx', :tp) AS committed_token;
 SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NOT NULL AS extended_after_commit;
 
+--
+-- The locks of shared grants and fences follow the transaction: a shared
+-- grant rolled back to a savepoint gives back its claims and its name lock;
+-- a fence's pin of a shared token outlives a rolled-back savepoint, passes
+-- to a prepared transaction (an exclusive grant is refused meanwhile) and
+-- ends with COMMIT PREPARED from another backend
+--
+SELECT token AS pr FROM dlock.try_acquire('kinds:pins', '1h', 'pr', shared => true) \gset
+BEGIN;
+SAVEPOINT s;
+SELECT dlock.try_acquire('kinds:pins', '1h', 'ps', shared => true) IS NOT NULL AS granted_ps;
+SELECT kind, mode FROM dlock.locks
+ WHERE pid = pg_backend_pid() AND kind IN ('name', 'claim', 'pin') ORDER BY kind, mode;
+ROLLBACK TO SAVEPOINT s;
+SELECT count(*) AS locks_after_rollback FROM dlock.locks
+ WHERE pid = pg_backend_pid() AND kind IN ('name', 'claim', 'pin');
+SAVEPOINT f;
+SELECT dlock.fence('kinds:pins', :pr) AS fenced_pr;
+ROLLBACK TO SAVEPOINT f;
+SELECT kind, token = :pr AS pr_token, mode FROM dlock.locks
+ WHERE pid = pg_backend_pid() AND kind IN ('name', 'claim', 'pin');
+PREPARE TRANSACTION 'kinds_pin';
+SELECT dlock.release('kinds:pins', 'pr');
+SELECT dlock.try_acquire('kinds:pins', '1h', 'px') IS NULL AS exclusive_refused_while_prepared;
+SELECT count(*) AS prepared_pins FROM dlock.locks WHERE kind = 'pin' AND token = :pr;
+\c
+COMMIT PREPARED 'kinds_pin';
+SELECT count(*) AS pins_after_commit FROM dlock.locks WHERE kind = 'pin' AND token = :pr;
+SELECT dlock.try_acquire('kinds:pins', '1h', 'px') IS NOT NULL AS exclusive_granted;
+
 DELETE FROM dlock.lease_state WHERE name LIKE 'kinds:%';
