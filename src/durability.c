@@ -66,6 +66,9 @@ static bool ReleaseInThisTransaction = false;
 static bool OtherWalInThisTransaction = false;
 static XLogRecPtr WalEndAfterRelease = InvalidXLogRecPtr;
 
+/* The caller's synchronous_commit while a lazy commit runs, or -1 */
+static int	CallerSynchronousCommit = -1;
+
 /*
  * RequireDurableCommit - the current transaction issued a token; its commit
  * is made durable unless dlock.durable_grants is off
@@ -158,7 +161,18 @@ DurabilityAtPreCommit(bool prepare)
 	else if (!prepare && dlock_lazy_release && OnlyReleasesInThisTransaction() &&
 			 synchronous_commit > SYNCHRONOUS_COMMIT_OFF &&
 			 !CallerWaitsForStandbys())
-		SetSynchronousCommit("off");
+	{
+		/*
+		 * Lowered in the variable alone, for this commit record, and put back
+		 * when the transaction ends.  Through the GUC machinery it would also
+		 * cost a setting lookup and an end-of-transaction pass over every
+		 * setting, a few percent of a lock cycle; the assign hook it would
+		 * run only chooses what to wait for on synchronous standbys, which
+		 * this caller's setting does not wait for (checked above).
+		 */
+		CallerSynchronousCommit = synchronous_commit;
+		synchronous_commit = SYNCHRONOUS_COMMIT_OFF;
+	}
 }
 
 /*
@@ -170,6 +184,9 @@ DurabilityAtPreCommit(bool prepare)
 void
 DurabilityAtEOXact(void)
 {
+	if (CallerSynchronousCommit >= 0)
+		synchronous_commit = CallerSynchronousCommit;
+	CallerSynchronousCommit = -1;
 	GrantInThisTransaction = false;
 	ReleaseInThisTransaction = false;
 	OtherWalInThisTransaction = false;
