@@ -12,9 +12,11 @@ PGFILEDESC = "dlock - leased, fenced locks"
 
 REGRESS        = api errors transactions security waiting storage extension subtransactions holder lease_state purge observability sets kinds
 # Regression and isolation tests start a private instance unless TEMP_INSTANCE
-# is set empty (then they use the server of the libpq environment)
+# is set empty (then they use the server of the libpq environment); with
+# PRELOADED=1 that instance has dlock in shared_preload_libraries
 TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
-                 --temp-config=$(CURDIR)/test/temp-instance.conf
+                 --temp-config=$(CURDIR)/test/temp-instance.conf \
+                 $(if $(PRELOADED),--temp-config=$(CURDIR)/test/temp-instance-preloaded.conf)
 REGRESS_OPTS   = --load-extension=dlock $(TEMP_INSTANCE)
 ISOLATION      = race fence_regrant stale_snapshot rollback \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \

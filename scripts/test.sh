@@ -56,9 +56,12 @@ run_suite() {
     failed=$((failed + bad))
 }
 
-# Both start a private instance in the copy (TEMP_INSTANCE in the Makefile)
+# Each starts a private instance in the copy (TEMP_INSTANCE in the Makefile)
 run_suite regress installcheck ISOLATION= TAP_TESTS=
 run_suite isolation installcheck REGRESS= TAP_TESTS=
+# Again with dlock preloaded: waiting.c then counts waiting sessions in
+# shared memory and skips looking for waiters while there are none
+run_suite isolation-preloaded installcheck REGRESS= TAP_TESTS= PRELOADED=1
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
 # run_check TITLE SUMMARY-REGEX COMMAND...: a whole-program check that

@@ -10,8 +10,10 @@
  * Leasing needs no shared memory of dlock's own: waiters queue in the lock
  * manager and are woken through their latches, so it works the same with
  * and without shared_preload_libraries.  Only the statistics (stats.c)
- * and the places kept for polling clients (places.c) need preloading,
- * which reserves their shared memory.
+ * and the places kept for polling clients (places.c) need preloading, as
+ * do the counts of waiting sessions that let grants and releases skip
+ * looking for waiters (waiting.c); preloading reserves their shared memory
+ * here, in one request and one start-up hook.
  *
  * Invariants: I5 in docs/internals.md.
  *
@@ -27,6 +29,8 @@
 #include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -54,6 +58,44 @@ void		_PG_init(void);
 
 static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
 
+#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/*
+ * DlockShmemRequest - reserve the shared memory of every module that has
+ * some
+ */
+static void
+DlockShmemRequest(void)
+{
+#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	DlockStatsShmemRequest();
+	PlacesShmemRequest();
+	WaitersShmemRequest();
+}
+
+/*
+ * DlockShmemStartup - create it at server start (and after a crash), or
+ * attach to it (EXEC_BACKEND)
+ */
+static void
+DlockShmemStartup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	DlockStatsShmemInit();
+	PlacesShmemInit();
+	WaitersShmemInit();
+	LWLockRelease(AddinShmemInitLock);
+}
+
 /*
  * DlockXactCallback - end-of-transaction work of every module, in order
  *
@@ -72,7 +114,8 @@ static bool DefaultLockDelayCheck(int *newval, void **extra, GucSource source);
  *	   and gives up the session locks of leases it released (COMMIT), or
  *	   drops the grants that rolled back (ABORT).
  *	5. waiting.c wakes the queue heads and watchers of names this
- *	   transaction granted or ended.
+ *	   transaction granted or ended, and counts this session out of the
+ *	   queues and watches it was in (their locks go with the transaction).
  *	   At COMMIT the change is visible, so the head is granted; at PREPARE
  *	   it is not yet, but the head then waits in the lock manager for the
  *	   prepared transaction's lock on the name, which COMMIT PREPARED (in
@@ -103,6 +146,7 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
 			FenceCacheAtEOXact();
 			SessionLeasesAtEOXact(event);
 			QueueWakesAtEOXact(event);
+			WaitersCountAtEOXact();
 			DurabilityAtEOXact();
 			StaleFenceAtEOXact();
 			PlaceHeadEnd();
@@ -286,8 +330,17 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("dlock");
 
-	DlockStatsInit();
-	PlacesInit();
+	if (process_shared_preload_libraries_in_progress)
+	{
+#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
+		prev_shmem_request_hook = shmem_request_hook;
+		shmem_request_hook = DlockShmemRequest;
+#else
+		DlockShmemRequest();
+#endif
+		prev_shmem_startup_hook = shmem_startup_hook;
+		shmem_startup_hook = DlockShmemStartup;
+	}
 
 	RegisterXactCallback(DlockXactCallback, NULL);
 	RegisterSubXactCallback(DlockSubXactCallback, NULL);

@@ -463,11 +463,15 @@ extern void WakeWatchers(const LeaseName *name);
 extern void WakeWatchersAtCommit(const LeaseName *name);
 extern void SleepUntil(TimestampTz until, WaitLimit limit);
 extern void QueueWakesAtEOXact(XactEvent event);
+extern void WaitersCountAtEOXact(void);
+extern void WaitersShmemRequest(void);
+extern void WaitersShmemInit(void);
 extern void QueueWakesAtSubAbort(SubTransactionId mySubid);
 
 /* places.c: places in a queue kept between polls (queue => true) */
 extern int	dlock_max_queue_places;
-extern void PlacesInit(void);
+extern void PlacesShmemRequest(void);
+extern void PlacesShmemInit(void);
 extern bool PlacesAvailable(void);
 extern void PlacesRequire(void);
 extern uint64 PlaceNewArrival(void);
@@ -507,7 +511,8 @@ extern int	dlock_stats_max;	/* dlock.stats_max */
 extern bool dlock_log_stale_fences; /* dlock.log_stale_fences */
 extern bool dlock_stats_counting;	/* preloaded, and dlock.stats on */
 
-extern void DlockStatsInit(void);
+extern void DlockStatsShmemRequest(void);
+extern void DlockStatsShmemInit(void);
 extern void DlockStatsEnabledAssign(bool newval, void *extra);
 extern void DlockStatsCountEvent(const LeaseName *name, DlockStatsEvent event);
 extern void DlockStatsWaitEnded(const LeaseName *name, TimestampTz start);

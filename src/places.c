@@ -92,11 +92,6 @@ int			dlock_max_queue_places = 1000;	/* dlock.max_queue_places */
 
 static PlacesShared *Places = NULL;
 
-#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
 /* This backend has a head entry (its slot), or -1 */
 static int	MyHeadSlot = -1;
 
@@ -107,26 +102,26 @@ PlacesShmemSize(void)
 					mul_size(dlock_max_queue_places, sizeof(Place)));
 }
 
-static void
+/*
+ * PlacesShmemRequest - reserve the places' shared memory (dlock.c, while
+ * the module is preloaded)
+ */
+void
 PlacesShmemRequest(void)
 {
-#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(PlacesShmemSize());
 	RequestNamedLWLockTranche(PLACES_TRANCHE_NAME, 1);
 }
 
-static void
-PlacesShmemStartup(void)
+/*
+ * PlacesShmemInit - create or attach to it (dlock.c, holding
+ * AddinShmemInitLock)
+ */
+void
+PlacesShmemInit(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	Places = ShmemInitStruct("dlock places", PlacesShmemSize(), &found);
 	if (!found)
 	{
@@ -136,7 +131,6 @@ PlacesShmemStartup(void)
 		pg_atomic_init_u32(&Places->in_use, 0);
 		Places->size = dlock_max_queue_places;
 	}
-	LWLockRelease(AddinShmemInitLock);
 }
 
 /* Remove this backend's head entry when it exits, however it exits */
@@ -144,24 +138,6 @@ static void
 PlacesExit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
 	PlaceHeadEnd();
-}
-
-/*
- * PlacesInit - from _PG_init: reserve shared memory when preloaded
- */
-void
-PlacesInit(void)
-{
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = PlacesShmemRequest;
-#else
-	PlacesShmemRequest();
-#endif
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = PlacesShmemStartup;
 }
 
 /*

@@ -126,11 +126,6 @@ bool		dlock_stats_counting = false;
 static StatsShared *Stats = NULL;
 static HTAB *StatsHash = NULL;
 
-#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
 /* (name, token) pairs this transaction has logged as stale */
 static struct
 {
@@ -146,27 +141,27 @@ StatsShmemSize(void)
 					hash_estimate_size(dlock_stats_max, sizeof(StatsEntry)));
 }
 
-static void
-StatsShmemRequest(void)
+/*
+ * DlockStatsShmemRequest - reserve the statistics' shared memory (dlock.c,
+ * while the module is preloaded)
+ */
+void
+DlockStatsShmemRequest(void)
 {
-#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(StatsShmemSize());
 	RequestNamedLWLockTranche(STATS_TRANCHE_NAME, 1);
 }
 
-static void
-StatsShmemStartup(void)
+/*
+ * DlockStatsShmemInit - create or attach to it (dlock.c, holding
+ * AddinShmemInitLock)
+ */
+void
+DlockStatsShmemInit(void)
 {
 	bool		found;
 	HASHCTL		info;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	Stats = ShmemInitStruct("dlock stats", sizeof(StatsShared), &found);
 	if (!found)
 		Stats->lock = &(GetNamedLWLockTranche(STATS_TRANCHE_NAME))->lock;
@@ -175,27 +170,7 @@ StatsShmemStartup(void)
 	StatsHash = ShmemInitHash("dlock stats hash",
 							  dlock_stats_max, dlock_stats_max,
 							  &info, HASH_ELEM | HASH_BLOBS);
-	LWLockRelease(AddinShmemInitLock);
-
 	dlock_stats_counting = dlock_stats_enabled;
-}
-
-/*
- * DlockStatsInit - from _PG_init: reserve shared memory when preloaded
- */
-void
-DlockStatsInit(void)
-{
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-#ifdef DLOCK_HAVE_SHMEM_REQUEST_HOOK
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = StatsShmemRequest;
-#else
-	StatsShmemRequest();
-#endif
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = StatsShmemStartup;
 }
 
 /*

@@ -36,6 +36,17 @@
  * checks for watchers with one conditional lock request, so when nobody
  * watches it queues nothing.
  *
+ * When dlock is preloaded, two counters in shared memory say how many
+ * sessions of the cluster are in a queue or watching (WaitersShared); a
+ * session is counted from before it asks for the queue or watch lock until
+ * after it gives the lock back or its transaction ends.  While a counter is
+ * zero no one can hold such a lock, so the looks above answer at once,
+ * without the lock manager; that is most grants and releases.  A count that
+ * stays too high (a lock given back by a rolled-back subtransaction) only
+ * costs the looks until the end of the transaction; a session that is
+ * counted after a look is one that arrived after it, so it is ordered
+ * after the change that looked (WaitersAbsent).
+ *
  * Invariants: I7 in docs/internals.md.
  *
  * Copyright (c) 2026, dlock developers
@@ -50,9 +61,11 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "storage/shmem.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -80,7 +93,117 @@ typedef struct PendingWake
 
 static List *PendingWakes = NIL;	/* in TopTransactionContext */
 
+/* Whom WaitersShared counts */
+typedef enum WaiterKind
+{
+	WAITER_QUEUED,				/* asking for or holding a queue lock */
+	WAITER_WATCHING,			/* asking for or holding a watch lock */
+	WAITER_KINDS
+} WaiterKind;
+
+/* Sessions of the cluster in a queue or watching (when preloaded) */
+typedef struct WaitersShared
+{
+	pg_atomic_uint32 count[WAITER_KINDS];
+} WaitersShared;
+
+static WaitersShared *Waiters = NULL;
+
+/* What this backend added to each count, given back by its transaction */
+static uint32 MyCount[WAITER_KINDS];
+
+/* QueueLookBegin took the queue lock, which QueueLookEnd gives back */
+static bool QueueLookLocked = false;
+
 static void AddPendingWake(const LeaseName *name, WakeWhom whom);
+
+/*
+ * WaitersShmemRequest - reserve the counters' shared memory (dlock.c, while
+ * the module is preloaded)
+ */
+void
+WaitersShmemRequest(void)
+{
+	RequestAddinShmemSpace(sizeof(WaitersShared));
+}
+
+/*
+ * WaitersShmemInit - create or attach to it (dlock.c, holding
+ * AddinShmemInitLock)
+ */
+void
+WaitersShmemInit(void)
+{
+	bool		found;
+
+	Waiters = ShmemInitStruct("dlock waiters", sizeof(WaitersShared), &found);
+	if (!found)
+	{
+		for (int k = 0; k < WAITER_KINDS; k++)
+			pg_atomic_init_u32(&Waiters->count[k], 0);
+	}
+}
+
+/* Count this session in (before it asks for the lock) */
+static void
+WaitersCountIn(WaiterKind kind)
+{
+	if (Waiters == NULL)
+		return;
+	/* A full barrier: the count is visible before the lock request */
+	pg_atomic_fetch_add_u32(&Waiters->count[kind], 1);
+	MyCount[kind]++;
+}
+
+/* Count this session out (after it gave the lock back) */
+static void
+WaitersCountOut(WaiterKind kind)
+{
+	if (Waiters == NULL || MyCount[kind] == 0)
+		return;
+	pg_atomic_fetch_sub_u32(&Waiters->count[kind], 1);
+	MyCount[kind]--;
+}
+
+/*
+ * WaitersAbsent - whether no session of the cluster is counted, so none
+ * holds or asks for a lock of this kind; false when nothing is counted
+ * (not preloaded)
+ *
+ * A session counts itself in before it asks for its lock, so one that this
+ * look misses counted itself in after it: it arrived after the look.  A
+ * caller that changes a lease looks once it holds the name's lock, which
+ * such a session waits for before it reads the lease, so it sees the
+ * change.  The barrier orders the caller's earlier lock request before the
+ * read of the count, as the other session's atomic increment orders its
+ * count before its request.
+ */
+static bool
+WaitersAbsent(WaiterKind kind)
+{
+	if (Waiters == NULL)
+		return false;
+	pg_memory_barrier();
+	return pg_atomic_read_u32(&Waiters->count[kind]) == 0;
+}
+
+/*
+ * WaitersCountAtEOXact - the transaction ended (dispatcher, dlock.c): its
+ * queue and watch locks are given back with it
+ */
+void
+WaitersCountAtEOXact(void)
+{
+	QueueLookLocked = false;
+	if (Waiters == NULL)
+		return;
+	for (int k = 0; k < WAITER_KINDS; k++)
+	{
+		if (MyCount[k] > 0)
+			pg_atomic_fetch_sub_u32(&Waiters->count[k], MyCount[k]);
+		MyCount[k] = 0;
+	}
+}
 
 static void
 QueueLockTag(LOCKTAG *tag, const LeaseName *name)
@@ -104,7 +227,11 @@ QueueJoin(const LeaseName *name, WaitLimit limit)
 	LOCKTAG		tag;
 
 	QueueLockTag(&tag, name);
-	return LockAcquireWithin(&tag, DLOCK_QUEUE_LOCKMODE, limit);
+	WaitersCountIn(WAITER_QUEUED);
+	if (LockAcquireWithin(&tag, DLOCK_QUEUE_LOCKMODE, limit))
+		return true;
+	WaitersCountOut(WAITER_QUEUED);
+	return false;
 }
 
 /*
@@ -117,6 +244,7 @@ QueueLeave(const LeaseName *name)
 
 	QueueLockTag(&tag, name);
 	LockRelease(&tag, DLOCK_QUEUE_LOCKMODE, false);
+	WaitersCountOut(WAITER_QUEUED);
 }
 
 /*
@@ -124,14 +252,21 @@ QueueLeave(const LeaseName *name)
  * start waiting until QueueLookEnd (try_acquire() decides meanwhile).
  * Other callers of try_acquire() may look at the same time: concurrent
  * requests for shared leases are not refused because of one another.
+ * While no session of the cluster is in a queue, no lock is needed: one
+ * that joins a queue after this look arrived after this try_acquire(), and
+ * waits for the name's lock, which the decision holds, to see its outcome.
  */
 bool
 QueueLookBegin(const LeaseName *name)
 {
 	LOCKTAG		tag;
 
+	QueueLookLocked = false;
+	if (WaitersAbsent(WAITER_QUEUED))
+		return true;
 	QueueLockTag(&tag, name);
-	return LockAcquireWithin(&tag, DLOCK_QUEUE_LOOK_LOCKMODE, NoWait);
+	QueueLookLocked = LockAcquireWithin(&tag, DLOCK_QUEUE_LOOK_LOCKMODE, NoWait);
+	return QueueLookLocked;
 }
 
 void
@@ -139,8 +274,11 @@ QueueLookEnd(const LeaseName *name)
 {
 	LOCKTAG		tag;
 
+	if (!QueueLookLocked)
+		return;
 	QueueLockTag(&tag, name);
 	LockRelease(&tag, DLOCK_QUEUE_LOOK_LOCKMODE, false);
+	QueueLookLocked = false;
 }
 
 /*
@@ -211,6 +349,8 @@ QueueIsEmpty(const LeaseName *name)
 {
 	LOCKTAG		tag;
 
+	if (WaitersAbsent(WAITER_QUEUED))
+		return true;
 	QueueLockTag(&tag, name);
 	return LockIsFree(&tag, DLOCK_QUEUE_LOCKMODE);
 }
@@ -225,6 +365,7 @@ WatchersJoin(const LeaseName *name)
 	LOCKTAG		tag;
 
 	WatchLockTag(&tag, name);
+	WaitersCountIn(WAITER_WATCHING);
 	(void) LockAcquire(&tag, DLOCK_WATCH_LOCKMODE, false, false);
 }
 
@@ -235,6 +376,7 @@ WatchersLeave(const LeaseName *name)
 
 	WatchLockTag(&tag, name);
 	LockRelease(&tag, DLOCK_WATCH_LOCKMODE, false);
+	WaitersCountOut(WAITER_WATCHING);
 }
 
 /*
@@ -264,6 +406,8 @@ WakeWatchersAtCommit(const LeaseName *name)
 {
 	LOCKTAG		tag;
 
+	if (WaitersAbsent(WAITER_WATCHING))
+		return;
 	WatchLockTag(&tag, name);
 	if (!LockIsFree(&tag, AccessExclusiveLock))
 		AddPendingWake(name, WAKE_WATCHERS);

@@ -8,6 +8,7 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('waiting');
 $node->init;
@@ -147,6 +148,50 @@ like($pw->query_until(qr/granted-pw/, ''), qr/granted-pw/, 'a waiter is woken by
 is($node->safe_psql('postgres', q{SELECT dlock.fence('p', token) FROM dlock.leases WHERE name = 'p'}),
 	't', 'fence works with the library preloaded');
 $pw->quit;
+
+# When preloaded, a grant or release looks for a queue head or watchers only
+# while some session of the cluster is counted as waiting or watching
+# (waiting.c).  Either must still be woken at commit: without the wake-up
+# it would find the change only at its next look, up to 1 s after the last.
+# Each round starts the wait, lets it settle (its last look is then at most
+# about 0.25 s old), makes the change, and requires the waiter to be done
+# within 0.4 s of it, where a missed wake-up would take 0.6 s or more.
+note 'with shared_preload_libraries, changes wake queue heads and watchers at commit';
+foreach my $round (1 .. 3)
+{
+	$node->safe_psql('postgres', qq{SELECT dlock.acquire('pq$round', '1min', 'h')});
+	my $head = waiter("pq$round", "pq$round", '1min');
+	queued(1);
+	sleep(0.15);
+	my $released = (split /\n/, $node->safe_psql('postgres',
+		qq{SELECT dlock.release('pq$round', 'h');
+		   SELECT clock_timestamp();}))[1];
+	like($head->query_until(qr/granted-pq$round/, ''), qr/granted-pq$round/,
+		"round $round: the head is granted");
+	cmp_ok($node->safe_psql('postgres',
+		qq{SELECT extract(epoch FROM acquired_at - '$released'::timestamptz)
+		     FROM dlock.leases WHERE name = 'pq$round'}), '<', 0.4,
+		"round $round: the release woke the head");
+	$head->quit;
+
+	my $watcher = $node->background_psql('postgres');
+	$watcher->query_until(qr/started/, qq{\\echo started
+SELECT 'seen-' || dlock.watch('pw$round', NULL, '10s'), clock_timestamp();
+});
+	$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE query LIKE '%dlock.watch(%' AND wait_event_type = 'Extension'})
+	  or die 'the watcher did not start waiting';
+	sleep(0.15);
+	my $granted = (split /\n/, $node->safe_psql('postgres',
+		qq{SELECT dlock.try_acquire('pw$round', '1min', 'g') IS NOT NULL;
+		   SELECT acquired_at FROM dlock.leases WHERE name = 'pw$round';}))[1];
+	my $seen = $watcher->query_until(qr/seen-\d+\|[^\n]+\n/, '');
+	my ($seen_at) = $seen =~ /seen-\d+\|([^\n]+)/;
+	cmp_ok($node->safe_psql('postgres',
+		qq{SELECT extract(epoch FROM '$seen_at'::timestamptz - '$granted'::timestamptz)}),
+		'<', 0.4, "round $round: the grant woke the watcher");
+	$watcher->quit;
+}
 $pre->stop;
 
 done_testing();
