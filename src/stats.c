@@ -182,13 +182,52 @@ DlockStatsEnabledAssign(bool newval, void *extra pg_attribute_unused())
 	dlock_stats_counting = newval && StatsHash != NULL;
 }
 
-static int
-UsageCompare(const void *a, const void *b)
+/* An entry and its usage, as eviction sees them */
+typedef struct StatsVictim
 {
-	double		ua = (*(StatsEntry *const *) a)->usage;
-	double		ub = (*(StatsEntry *const *) b)->usage;
+	double		usage;
+	StatsEntry *entry;
+} StatsVictim;
 
-	return (ua > ub) - (ua < ub);
+/*
+ * SelectLeastUsed - reorder v[0..n) so that its k (1 <= k <= n) least used
+ * entries come first, in no particular order (quickselect: linear on
+ * average, where a sort of every entry would cost n log n on each pass)
+ */
+static void
+SelectLeastUsed(StatsVictim *v, int n, int k)
+{
+	int			lo = 0;
+	int			hi = n - 1;
+
+	while (lo < hi)
+	{
+		double		pivot = v[lo + (hi - lo) / 2].usage;
+		int			i = lo;
+		int			j = hi;
+
+		/* Hoare partition: v[lo..j] <= pivot <= v[i..hi] */
+		while (i <= j)
+		{
+			while (v[i].usage < pivot)
+				i++;
+			while (v[j].usage > pivot)
+				j--;
+			if (i <= j)
+			{
+				StatsVictim tmp = v[i];
+
+				v[i++] = v[j];
+				v[j--] = tmp;
+			}
+		}
+		if (k - 1 <= j)
+			hi = j;
+		else if (k - 1 >= i)
+			lo = i;
+		else
+			break;				/* v[j+1..i-1] all equal the pivot */
+	}
 }
 
 /*
@@ -199,24 +238,26 @@ static void
 StatsEvict(void)
 {
 	HASH_SEQ_STATUS seq;
-	StatsEntry **entries;
+	StatsVictim *v;
 	StatsEntry *entry;
 	int			n = 0;
 	int			nvictims;
 
-	entries = palloc(hash_get_num_entries(StatsHash) * sizeof(StatsEntry *));
+	v = palloc(hash_get_num_entries(StatsHash) * sizeof(StatsVictim));
 	hash_seq_init(&seq, StatsHash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
-		entries[n++] = entry;
 		/* Exclusive lock: no one counts meanwhile, the spinlock is not needed */
 		entry->usage *= STATS_USAGE_DECAY;
+		v[n].usage = entry->usage;
+		v[n++].entry = entry;
 	}
-	qsort(entries, n, sizeof(StatsEntry *), UsageCompare);
-	nvictims = Max(1, n * STATS_EVICT_PERCENT / 100);
-	for (int i = 0; i < Min(nvictims, n); i++)
-		hash_search(StatsHash, &entries[i]->key, HASH_REMOVE, NULL);
-	pfree(entries);
+	nvictims = Min(Max(1, n * STATS_EVICT_PERCENT / 100), n);
+	if (nvictims > 0)
+		SelectLeastUsed(v, n, nvictims);
+	for (int i = 0; i < nvictims; i++)
+		hash_search(StatsHash, &v[i].entry->key, HASH_REMOVE, NULL);
+	pfree(v);
 }
 
 /*

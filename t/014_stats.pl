@@ -215,5 +215,20 @@ note 'a restart clears them';
 $node->restart;
 is(sql('SELECT count(*) FROM dlock.stats'), '0', 'nothing survives a restart');
 
+# With 1000 entries a pass evicts 50 at once, chosen by a partial selection
+# of the least used: the busy names, each used far more than any idle one,
+# must never be among them
+note 'eviction of many entries at once keeps the most active names (dlock.stats_max = 1000)';
+$node->append_conf('postgresql.conf', "dlock.stats_max = 1000\n");
+$node->restart;
+sql(q{SELECT dlock.try_acquire('busy:' || i, '1h', 'o') FROM generate_series(1, 40) i,
+	generate_series(1, 10)});
+sql(q{SELECT dlock.try_acquire('idle:' || i, '1h', 'o') FROM generate_series(1, 3000) i});
+is(sql(q{SELECT count(*) FROM dlock.stats WHERE name LIKE 'busy:%' AND renewals = 9}), '40',
+	'the 40 busy names stay, with their counts');
+my $kept = sql(q{SELECT count(*) FROM dlock.stats});
+ok($kept <= 1000 && $kept > 900, "at most dlock.stats_max names are kept ($kept)");
+is(sql(q{SELECT count(*) FROM dlock.stats WHERE name = 'idle:3000'}), '1', 'the newest idle name is there');
+
 $node->stop;
 done_testing();
