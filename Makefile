@@ -84,9 +84,10 @@ demo:
 	bash scripts/demo.sh
 
 # Benchmarks on throwaway clusters (see README, Performance): waiting and
-# handoff, dlock.purge() on a million names, then dlock side by side with its
-# alternatives (about 25 minutes)
+# handoff, dlock.purge() on a million names, dlock side by side with its
+# alternatives, then a lock cycle's instructions (about 40 minutes)
 bench:
 	bash bench/run.sh
 	bash bench/purge.sh
 	bash bench/compare.sh
+	bash bench/instructions.sh

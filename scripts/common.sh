@@ -84,7 +84,9 @@ make_work_dir() {
 # start_cluster PORT [SETTING...]: initdb and start a throwaway cluster in a
 # new work directory, listening on a unix socket there only.  Sets WORK,
 # CLUSTER_PID and PG* variables for psql; stop_cluster (installed as the EXIT
-# trap) stops it by its pid and removes the directory.
+# trap) stops it by its pid and removes the directory.  CLUSTER_POSTGRES
+# names another program to start instead of postgres (a wrapper that runs
+# it under a profiler, say); CLUSTER_WAIT, pg_ctl's wait in seconds.
 start_cluster() {
     local port=$1 setting opts=""
     shift
@@ -93,6 +95,7 @@ start_cluster() {
     for setting in "$@"; do opts="$opts -c $setting"; done
     as_run_user "$PG_BINDIR/initdb" -D "$WORK/data" -A trust -U postgres >/dev/null
     as_run_user "$PG_BINDIR/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w \
+        -t "${CLUSTER_WAIT:-60}" ${CLUSTER_POSTGRES:+-p "$CLUSTER_POSTGRES"} \
         -o "-c listen_addresses='' -k $WORK -p $port $opts" start >/dev/null
     CLUSTER_PID=$(head -n 1 "$WORK/data/postmaster.pid")
     export PGHOST=$WORK PGPORT=$port PGUSER=postgres PGDATABASE=postgres
