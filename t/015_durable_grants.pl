@@ -10,7 +10,8 @@
 # and autovacuum and the background writer's writes are off, so that nothing
 # else writes WAL out; once the counter has gone well past the last fenced
 # write, the WAL writer is killed, which makes the postmaster reset shared
-# memory, where unwritten WAL is.
+# memory, where unwritten WAL is.  Then a crash at every point of a block of
+# the token counter's log-ahead record.
 
 use strict;
 use warnings FATAL => 'all';
@@ -186,6 +187,36 @@ SKIP:
 		"SELECT token FROM dlock.try_acquire('$name', '1h', 'next')");
 	cmp_ok($token, '>', $lost_token, 'its name goes to the next requester, with a larger token');
 }
+
+# A crash at every point of a block of the token counter.  The counter logs
+# the next 32 values ahead in one WAL record; after a crash it resumes after
+# the last logged block, so each round begins a new block.  Round k makes
+# k + 1 acknowledged grants with nothing flushed but that record (the WAL
+# writer stopped, synchronous_commit off), crashes, and requires the first
+# token after the restart to exceed all of them: rounds 0 to 31 crash at
+# each point of a block, round 32 just after the next block began.
+note 'a crash at every point of a block of the token counter';
+my @repeated;
+foreach my $k (0 .. 32)
+{
+	my $ww = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
+	die 'no WAL writer' unless $ww;
+	kill 'STOP', $ww;
+	my $grants = "SET synchronous_commit = off;\nSET dlock.durable_grants = off;\n";
+	$grants .= "SELECT token FROM dlock.try_acquire('block-$k-$_', '1h', 'o');\n" foreach 0 .. $k;
+	my @acked = split /\n/, $node->safe_psql('postgres', $grants);
+	my ($max) = sort { $b <=> $a } @acked;
+	kill 'KILL', $ww;
+	$node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'walwriter'})
+	  or die 'the server did not come back';
+	my $next = $node->safe_psql('postgres',
+		"SELECT token FROM dlock.try_acquire('block-$k-after', '1h', 'o')");
+	push @repeated, "round $k: $next after $max" unless $next > $max && @acked == $k + 1;
+}
+is(scalar @repeated, 0, 'after a crash at each of the 33 points, the next token exceeds every acknowledged one')
+  or diag join '; ', @repeated;
 
 $node->stop;
 done_testing();
