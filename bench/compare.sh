@@ -179,10 +179,7 @@ if [ -z "$REDIS_PID" ] || [ "$(redis ping 2>/dev/null)" != PONG ]; then
 fi
 
 say "setting up"
-psql_do -f "$WORK/sql/helpers.sql" -f "$WORK/sql/plpgsql_lease.sql" -f "$WORK/sql/setup.sql" \
-    -f "$WORK/sql/guarded_setup.sql"
-psql_do -v names="$NAMES" -f "$WORK/sql/dlock_fill.sql"
-psql_do -c 'VACUUM ANALYZE'
+psql_do -v names="$NAMES" -f "$WORK/sql/bench_setup.sql"
 
 # --- one run of one method ----------------------------------------------------
 

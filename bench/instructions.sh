@@ -50,10 +50,7 @@ run() { as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres PGDATA
 psql_do() { run psql -X -q -v ON_ERROR_STOP=1 "$@" >/dev/null; }
 
 say "setting up (under callgrind, slowly)"
-psql_do -f "$SQL/helpers.sql" -f "$SQL/plpgsql_lease.sql" -f "$SQL/setup.sql" \
-    -f "$SQL/guarded_setup.sql"
-psql_do -v names="$NAMES" -f "$SQL/dlock_fill.sql"
-psql_do -c 'VACUUM ANALYZE'
+psql_do -v names="$NAMES" -f "$SQL/bench_setup.sql"
 
 # backend_instructions SCRIPT N NAMES SYNC [OPTIONS]: the instructions of the
 # backend that served one pgbench client running SCRIPT N times
