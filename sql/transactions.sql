@@ -134,3 +134,24 @@ SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
 SELECT dlock.release('tx:lazy', 'w') AS released;
 SHOW synchronous_commit;
 RESET synchronous_commit;
+-- The lazy commit lowers synchronous_commit for its commit record only: a
+-- SET LOCAL before it, and the session's setting, come back as they were,
+-- also after a rolled-back savepoint and after a prepared release
+SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+BEGIN;
+SET LOCAL synchronous_commit = remote_write;
+SAVEPOINT s;
+SELECT dlock.release('tx:lazy', 'w') AS released;
+ROLLBACK TO SAVEPOINT s;
+SELECT dlock.release('tx:lazy', 'w') AS released;
+SHOW synchronous_commit;
+COMMIT;
+SHOW synchronous_commit;
+SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+BEGIN;
+SELECT dlock.release('tx:lazy', 'w') AS released;
+PREPARE TRANSACTION 'dlock_lazy_2pc';
+SHOW synchronous_commit;
+COMMIT PREPARED 'dlock_lazy_2pc';
+SELECT state FROM dlock.leases WHERE name = 'tx:lazy';
+SHOW synchronous_commit;
