@@ -95,7 +95,7 @@ printf 'cycle\tmethod\tinstructions\tx_floor\n' >"$OUT/instructions.tsv"
 
 # table TITLE FLOOR-LABEL FLOOR-SCRIPT NAMES then LABEL SCRIPT SYNC OPTIONS ...
 table() {
-    local title=$1 floor_label=$2 floor_script=$3 names=$4 floor label script sync options ir
+    local title=$1 floor_label=$2 floor_script=$3 names=$4 floor label script sync options ir ratio
     shift 4
     say "$title"
     floor=$(per_cycle "$floor_script" "$names" on)
@@ -109,9 +109,9 @@ table() {
         label=$1 script=$2 sync=$3 options=$4
         shift 4
         ir=$(per_cycle "$script" "$names" "$sync" "$options")
-        printf '| %s | %s | %s |\n' "$label" "$ir" "$(awk -v a="$ir" -v b="$floor" 'BEGIN { printf "%.2f", a / b }')"
-        printf '%s\t%s\t%s\t%s\n' "$title" "$label" "$ir" \
-            "$(awk -v a="$ir" -v b="$floor" 'BEGIN { printf "%.2f", a / b }')" >>"$OUT/instructions.tsv"
+        ratio=$(awk -v a="$ir" -v b="$floor" 'BEGIN { printf "%.2f", a / b }')
+        printf '| %s | %s | %s |\n' "$label" "$ir" "$ratio"
+        printf '%s\t%s\t%s\t%s\n' "$title" "$label" "$ir" "$ratio" >>"$OUT/instructions.tsv"
     done
 }
 

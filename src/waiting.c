@@ -194,7 +194,6 @@ WaitersAbsent(WaiterKind kind)
 void
 WaitersCountAtEOXact(void)
 {
-	QueueLookLocked = false;
 	if (Waiters == NULL)
 		return;
 	for (int k = 0; k < WAITER_KINDS; k++)
