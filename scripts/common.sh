@@ -7,7 +7,7 @@
 set -euo pipefail
 
 PG_MAJOR=${PG_MAJOR:-15}
-PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/$PG_MAJOR/bin}
 PG_CONFIG=${PG_CONFIG:-$PG_BINDIR/pg_config}
 # The server, its headers, and what the tests start for real: pg_cron (purge
 # recipe), the Prometheus exporter (queries file), pgbouncer (polling behind
