@@ -6,7 +6,7 @@ OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
              src/lease_status.o src/session.o src/waiting.o \
              src/durability.o src/lease_api.o src/fence.o \
              src/holder.o src/purge.o src/stats.o src/lease_set.o src/watch.o \
-             src/places.o
+             src/places.o src/grant.o src/test_hooks.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
@@ -20,8 +20,17 @@ TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
 REGRESS_OPTS   = --load-extension=dlock $(TEMP_INSTANCE)
 ISOLATION      = race fence_regrant stale_snapshot rollback \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
-                 same_owner_retry purge_race sets_order watch \
-                 shared_fence semaphore kinds_fifo
+                 same_owner_retry purge_race sets_order \
+                 shared_fence semaphore kinds_fifo watch_grants first_permits \
+                 semaphore_wake
+# The test build's specs, which hold the windows of the conflict rule open
+# with its pause points (src/test_hooks.h): make installcheck of a module
+# built and installed with DLOCK_TEST_HOOKS=1 runs them too
+ISOLATION_HOOKS = hook_exclusive_alongside hook_renew_at_expiry hook_change_claim \
+                  hook_watch
+ifdef DLOCK_TEST_HOOKS
+ISOLATION += $(ISOLATION_HOOKS)
+endif
 ISOLATION_OPTS = --load-extension=dlock $(TEMP_INSTANCE)
 TAP_TESTS      = 1
 
@@ -34,10 +43,16 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 # such as -Wextra (see scripts/common.sh) judge dlock's own code, not PostgreSQL's.
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 
+# The test build (make DLOCK_TEST_HOOKS=1): pause points that isolation
+# specs drive (src/test_hooks.h).  Never set for a package.
+ifdef DLOCK_TEST_HOOKS
+PG_CPPFLAGS += -DDLOCK_TEST_HOOKS
+endif
+
 include $(PGXS)
 
 # Every module includes the shared headers: a change to them rebuilds all
-$(OBJS): src/dlock.h src/dlock_compat.h
+$(OBJS): src/dlock.h src/dlock_compat.h src/test_hooks.h
 
 # Against one's own server the suite needs prepared transactions: say so
 # instead of failing in the middle

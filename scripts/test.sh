@@ -62,6 +62,16 @@ run_suite isolation installcheck REGRESS= TAP_TESTS=
 # Again with dlock preloaded: waiting.c then counts waiting sessions in
 # shared memory and skips looking for waiters while there are none
 run_suite isolation-preloaded installcheck REGRESS= TAP_TESTS= PRELOADED=1
+# The test build (pause points, src/test_hooks.h): every spec, its own
+# included, against a module built with DLOCK_TEST_HOOKS=1; then the normal
+# build is installed again for the rest
+say "building the test build"
+as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" DLOCK_TEST_HOOKS=1 \
+    PG_CFLAGS="-Wall -Wextra -Werror" >/dev/null
+as_root make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" DLOCK_TEST_HOOKS=1 install >/dev/null
+run_suite isolation-test-build installcheck REGRESS= TAP_TESTS= DLOCK_TEST_HOOKS=1
+as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" clean >/dev/null
+build_and_install
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
 # run_check TITLE SUMMARY-REGEX COMMAND...: a whole-program check that

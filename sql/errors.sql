@@ -132,6 +132,7 @@ RESET dlock.allow_session_bound;
 -- The limits themselves are accepted
 SELECT length(name) AS name_bytes FROM dlock.try_acquire(repeat('x', 1024), '1s', repeat('o', 256));
 SELECT octet_length(name) AS name_bytes FROM dlock.try_acquire(repeat('é', 512), '1s');
+-- a name given twice counts once: 200 elements naming 64 names are a set of 64
 SELECT count(*) AS set_of_64 FROM dlock.try_acquire_all(
   ARRAY(SELECT 'err:set' || (i % 64) FROM generate_series(1, 200) i), '1s');
 SELECT dlock.try_acquire('err:value', '1s', value => repeat('v', 1024)) IS NOT NULL AS value_accepted;

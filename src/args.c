@@ -127,12 +127,6 @@ ArgGetNames(FunctionCallInfo fcinfo, int argno, LeaseName **names)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("names must not be empty")));
-	if (nelems > DLOCK_MAX_SET_NAMES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("too many names"),
-				 errdetail("%d names were given; the limit is %d.",
-						   nelems, DLOCK_MAX_SET_NAMES)));
 
 	*names = palloc(sizeof(LeaseName) * nelems);
 	for (int i = 0; i < nelems; i++)
@@ -158,6 +152,14 @@ ArgGetNames(FunctionCallInfo fcinfo, int argno, LeaseName **names)
 			continue;
 		(*names)[count++] = (*names)[i];
 	}
+
+	/* A name given twice counts once */
+	if (count > DLOCK_MAX_SET_NAMES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("too many names"),
+				 errdetail("%d distinct names were given; the limit is %d.",
+						   count, DLOCK_MAX_SET_NAMES)));
 	return count;
 }
 
@@ -417,23 +419,25 @@ void
 ArgGetKind(FunctionCallInfo fcinfo, int shared_argno, int max_holders_argno,
 		   LeaseKind *kind)
 {
-	kind->shared = false;
-	kind->max_holders = 1;
+	bool		shared = false;
+	int32		max_holders = 1;
+
 	if (PG_NARGS() > shared_argno)
-		kind->shared = ArgGetBool(fcinfo, shared_argno, "shared");
+		shared = ArgGetBool(fcinfo, shared_argno, "shared");
 	if (PG_NARGS() > max_holders_argno)
 	{
 		RequireNotNull(fcinfo, max_holders_argno, "max_holders");
-		kind->max_holders = PG_GETARG_INT32(max_holders_argno);
+		max_holders = PG_GETARG_INT32(max_holders_argno);
 	}
-	if (kind->max_holders < 1 || kind->max_holders > DLOCK_MAX_HOLDERS)
+	if (max_holders < 1 || max_holders > DLOCK_MAX_HOLDERS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_holders must be between 1 and %d", DLOCK_MAX_HOLDERS)));
-	if (kind->shared && kind->max_holders > 1)
+	if (shared && max_holders > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a shared lease cannot have max_holders"),
 				 errdetail("Shared leases of a name are not counted; max_holders > 1 asks for a permit of a counting semaphore."),
 				 errhint("Pass either shared => true or max_holders.")));
+	*kind = LeaseKindFrom(shared, max_holders);
 }

@@ -36,6 +36,7 @@
 
 #include "dlock.h"
 #include "dlock_compat.h"
+#include "test_hooks.h"
 
 PG_MODULE_MAGIC;
 
@@ -327,6 +328,9 @@ _PG_init(void)
 								NULL,
 								NULL,
 								NULL);
+
+	/* The test build's pause points (nothing in any other build) */
+	DlockTestHooksInit();
 
 	MarkGUCPrefixReserved("dlock");
 

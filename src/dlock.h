@@ -7,36 +7,20 @@
  * exclusive lease is the name's only live row, in slot 0; shared leases and
  * the permits of a counting semaphore are one row per holder, each with its
  * own token, in slots that are reused (so a name has as many rows as it
- * ever had holders at once).  Every change of a name's rows, and every
- * fencing check against them, first takes a lock-manager lock on the name
- * in dlock's own advisory lock-tag space.  Three modes are used:
+ * ever had holders at once).
  *
- *	DLOCK_FENCE_LOCKMODE	taken by dlock.fence() and kept until the end of
- *							the top-level transaction.  It pins the current
- *							token: a new grant cannot commit meanwhile.
- *	DLOCK_CHANGE_LOCKMODE	taken to read and change the row without issuing
- *							a new token (renew, release, force_release, the
- *							same owner asking again).  Self-conflicting, so
- *							such changes of one name are serialized, but it
- *							does not wait for fenced transactions.
- *	DLOCK_GRANT_LOCKMODE	taken to issue a new token.  It conflicts with
- *							all three, so a grant waits for every fenced
- *							transaction of the previous token to end.
+ * Who may read and write a name's rows under which lock is the conflict
+ * rule, written once in the banner of grant.c (and in docs/internals.md,
+ * I2); the lock modes below are its vocabulary.  The states of a lease, and
+ * the kinds of lease and what each may share with which, are written once
+ * in lease_status.c.
  *
- * That lock pins the token of slot 0.  A true fence of a token in another
- * slot pins that token instead, with the same mode on the token's own tag
- * (DLOCK_SPACE_TOKEN), so that fenced readers and permit holders do not hold
- * up one another's grants.  A grant takes DLOCK_GRANT_LOCKMODE on the pin of
- * the slot it writes and on the pins of every row of another kind: those
- * are the fenced transactions it must wait for (lease_api.c).
- *
- * The row is always read in its latest committed state (never through the
- * transaction snapshot), which is safe because the lock above is held and
- * every writer of the row holds it until its commit is visible.  (The view
- * dlock.leases is the exception: it shows what the caller's snapshot sees.)
- *
- * The states of a lease, and how each event changes them, are written down
- * once, in lease_status.c.
+ * The rows are always read in their latest committed state (never through
+ * the transaction snapshot), which is exact because the reader holds a lock
+ * that conflicts with every writer of what it decides on, and every writer
+ * holds its lock until its commit is visible.  (The view dlock.leases shows
+ * what the caller's snapshot sees, and dlock.watch() reads through a fresh
+ * snapshot: both only show rows.)
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -72,14 +56,40 @@ typedef enum DlockLockSpace
 	DLOCK_SPACE_WATCH = 17487,	/* key: name hash; held by dlock.watch() callers */
 	DLOCK_SPACE_TOKEN = 17488,	/* key: token; pins a token of a slot > 0 */
 	DLOCK_SPACE_CLAIM = 17489	/* key: name hash mixed with a slot or an
-								 * owner; claimed by a shared grant */
+								 * owner: who writes a slot > 0, or grants
+								 * alongside for an owner */
 } DlockLockSpace;
 
-#define DLOCK_FENCE_LOCKMODE	AccessShareLock
-#define DLOCK_CHANGE_LOCKMODE	ShareUpdateExclusiveLock
-#define DLOCK_GRANT_LOCKMODE	AccessExclusiveLock
-#define DLOCK_QUEUE_LOCKMODE	ExclusiveLock
-#define DLOCK_WATCH_LOCKMODE	AccessShareLock
+/*
+ * The modes of the name's lock (DLOCK_SPACE_NAME), weakest first, and who
+ * takes each; grant.c's banner has the conflict rule they implement.
+ *
+ *	DLOCK_FENCE_LOCKMODE	dlock.fence(), until the end of the top-level
+ *							transaction: pins the token of slot 0
+ *	DLOCK_ALONGSIDE_LOCKMODE	a shared lease or permit granted alongside
+ *							the live ones of its kind, into a slot > 0 it
+ *							claims
+ *	DLOCK_CHANGE_LOCKMODE	renew, release, and the same owner's
+ *							re-acquire: a holder changes its own row,
+ *							claiming its slot when it is > 0
+ *	DLOCK_SERIAL_LOCKMODE	every other grant (exclusive, set member, first
+ *							grant of a name, other kinds present) and
+ *							force_release: excludes every writer
+ *	DLOCK_GRANT_LOCKMODE	the pin of slot 0 taken by a grant that writes it,
+ *							and purge: waits for every fenced transaction
+ *
+ * Pins of a token in a slot > 0 (DLOCK_SPACE_TOKEN) use DLOCK_FENCE_LOCKMODE
+ * and DLOCK_GRANT_LOCKMODE the same way; claims (DLOCK_SPACE_CLAIM) use
+ * DLOCK_CLAIM_LOCKMODE.
+ */
+#define DLOCK_FENCE_LOCKMODE		AccessShareLock
+#define DLOCK_ALONGSIDE_LOCKMODE	RowExclusiveLock
+#define DLOCK_CHANGE_LOCKMODE		ShareUpdateExclusiveLock
+#define DLOCK_SERIAL_LOCKMODE		ShareRowExclusiveLock
+#define DLOCK_GRANT_LOCKMODE		AccessExclusiveLock
+#define DLOCK_CLAIM_LOCKMODE		ExclusiveLock
+#define DLOCK_QUEUE_LOCKMODE		ExclusiveLock
+#define DLOCK_WATCH_LOCKMODE		AccessShareLock
 
 /*
  * try_acquire() looks at the queue holding this mode on the queue's tag: it
@@ -87,34 +97,6 @@ typedef enum DlockLockSpace
  * it), not with other callers of try_acquire() looking at the same moment
  */
 #define DLOCK_QUEUE_LOOK_LOCKMODE	RowShareLock
-
-/*
- * Grants of shared leases and permits take these modes on the name's tag
- * instead of DLOCK_CHANGE_LOCKMODE (lease_api.c):
- *
- *	DLOCK_ALONGSIDE_LOCKMODE	a grant made alongside others of its kind:
- *							it writes only a slot it has claimed
- *							(DLOCK_SPACE_CLAIM or the slot's pin), while all
- *							of the name's rows are of its kind.  Such grants
- *							do not conflict with one another (the kind claim
- *							keeps readers and permits apart), nor with renew
- *							and release; the other grants, a watcher's read
- *							and purge conflict with them.
- *	DLOCK_KIND_LOCKMODE		a grant that cannot be made alongside (rows of
- *							another kind, the owner's own lease, no free
- *							slot): like DLOCK_CHANGE_LOCKMODE, and it also
- *							waits for the grants being made alongside.
- */
-#define DLOCK_ALONGSIDE_LOCKMODE	RowExclusiveLock
-#define DLOCK_KIND_LOCKMODE		ShareRowExclusiveLock
-
-/*
- * dlock.watch() reads a name's row holding this mode on the name's lock,
- * briefly: it waits for a change in progress to become visible (it
- * conflicts with the change and grant modes) without waiting for fenced
- * transactions, and watchers do not wait for one another.
- */
-#define DLOCK_READ_LOCKMODE		ShareLock
 
 /* Documented limits on the text arguments, in bytes */
 #define DLOCK_MAX_NAME_BYTES	1024
@@ -164,11 +146,15 @@ extern void DlockLockTag(LOCKTAG *tag, DlockLockSpace space, uint64 key);
 extern bool LockAcquireWithin(const LOCKTAG *tag, LOCKMODE mode, WaitLimit limit);
 extern bool NameLockAcquire(const LeaseName *name, LOCKMODE mode, WaitLimit limit);
 extern void NameLockRelease(const LeaseName *name, LOCKMODE mode);
+extern bool NameLockHeld(const LeaseName *name, LOCKMODE mode);
 extern bool NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode);
 extern void NameLockReleaseForTransaction(const LeaseName *name, LOCKMODE mode);
 struct LeaseRow;
 extern void PinLockTag(LOCKTAG *tag, const LeaseName *name,
 					   const struct LeaseRow *row);
+extern void SlotClaimTag(LOCKTAG *tag, const LeaseName *name, int32 slot);
+extern void OwnerClaimTag(LOCKTAG *tag, const LeaseName *name, const char *owner);
+extern void KindClaimTag(LOCKTAG *tag, const LeaseName *name);
 extern bool LockAcquireForTransaction(const LOCKTAG *tag, LOCKMODE mode);
 extern void LockReleaseForTransaction(const LOCKTAG *tag, LOCKMODE mode);
 
@@ -197,26 +183,40 @@ typedef enum LeaseEndReason
 } LeaseEndReason;
 
 /*
- * The kind of a lease: exclusive (not shared, max_holders 1), shared (any
- * number live at once; max_holders 1), or a permit of a counting semaphore
- * (not shared, max_holders > 1)
+ * The kind of a lease.  What each kind may share a name with is one
+ * function, LeaseKindShares() (lease_status.c, with the table in that
+ * file's banner); nothing else looks inside a kind.
  */
+typedef enum LeaseKindTag
+{
+	LEASE_KIND_EXCLUSIVE,		/* the name's only live lease */
+	LEASE_KIND_SHARED,			/* live alongside other shared leases only */
+	LEASE_KIND_PERMIT			/* one of at most max_holders live permits */
+} LeaseKindTag;
+
 typedef struct LeaseKind
 {
-	bool		shared;
-	int32		max_holders;
+	LeaseKindTag tag;
+	int32		max_holders;	/* the permits' limit (> 1); 1 for the others */
 } LeaseKind;
 
-static inline bool
-LeaseKindEqual(const LeaseKind *a, const LeaseKind *b)
-{
-	return a->shared == b->shared && a->max_holders == b->max_holders;
-}
+extern const LeaseKind ExclusiveKind;
+extern LeaseKind LeaseKindFrom(bool shared, int32 max_holders);
+extern bool LeaseKindEqual(const LeaseKind *a, const LeaseKind *b);
+extern bool LeaseKindShares(const LeaseKind *held, const LeaseKind *asked);
+extern int32 LeaseKindCapacity(const LeaseKind *kind);
+extern const char *LeaseKindText(const LeaseKind *kind);
 
 static inline bool
 LeaseKindExclusive(const LeaseKind *kind)
 {
-	return !kind->shared && kind->max_holders == 1;
+	return kind->tag == LEASE_KIND_EXCLUSIVE;
+}
+
+static inline bool
+LeaseKindIsShared(const LeaseKind *kind)
+{
+	return kind->tag == LEASE_KIND_SHARED;
 }
 
 /* One lease row as read from, or written to, dlock.lease_state */
@@ -263,6 +263,8 @@ extern uint64 LeaseStoreGeneration(void);
 extern void LeaseStoreOpen(LeaseStore *store, LOCKMODE lockmode);
 extern void LeaseStoreClose(LeaseStore *store);
 extern void LeaseStoreFetchAll(LeaseStore *store, const LeaseName *name, LeaseRows *rows);
+extern void LeaseStoreFetchAllAsOf(LeaseStore *store, const LeaseName *name,
+								   Snapshot snapshot, LeaseRows *rows);
 extern bool LeaseStoreFetchToken(LeaseStore *store, const LeaseName *name,
 								 int64 token, LeaseRow *row);
 extern void LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row);
@@ -382,7 +384,7 @@ typedef struct PendingItem
 
 extern List *PendingItemsAtSubAbort(List *items, SubTransactionId mySubid);
 
-/* lease_api.c: granting and ending leases, also used by lease_set.c */
+/* grant.c: the grant engine, used by lease_api.c and lease_set.c */
 
 /* What one attempt to grant found */
 typedef enum GrantOutcome
@@ -391,9 +393,15 @@ typedef enum GrantOutcome
 	GRANT_HELD,					/* another owner holds a live lease */
 	GRANT_DELAYED,				/* the lease ended and is in its lock-delay */
 	GRANT_BUSY,					/* the name's lock was not available in time */
-	GRANT_QUEUED,				/* other waiters are ahead in the queue */
-	GRANT_FREE					/* (internal) the name may be granted */
+	GRANT_QUEUED				/* other waiters are ahead in the queue */
 } GrantOutcome;
+
+/* Why and until when an attempt has to wait */
+typedef struct GrantWait
+{
+	TimestampTz until;			/* expiry, or end of lock-delay */
+	int64		session_token;	/* token of a live session-bound lease, or 0 */
+} GrantWait;
 
 /* A request to acquire, as parsed from the arguments */
 typedef struct GrantRequest
@@ -411,11 +419,11 @@ typedef struct GrantRequest
 extern const WaitLimit NoWait;
 extern const WaitLimit WaitForever;
 
-extern void CheckLeasesWritable(const char *funcname);
+extern bool MayActFor(Oid holder_role);
 extern bool IsSameHolder(const LeaseRow *row, const char *owner);
-extern HeapTuple LeaseResultTuple(TupleDesc tupdesc, const LeaseName *name,
-								  const LeaseRow *row);
 extern TimestampTz ExpiryAfter(TimestampTz now, int64 ttl_us);
+extern GrantOutcome AttemptGrant(const GrantRequest *req, WaitLimit limit,
+								 bool extend_only, LeaseRow *row, GrantWait *wait);
 extern void ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 						int64 ttl_us, const char *value, TimestampTz now);
 extern void GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req,
@@ -430,7 +438,12 @@ extern void EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 					 TimestampTz now, LeaseEndReason reason);
 extern bool FetchHeldLease(LeaseStore *store, const LeaseName *name,
 						   const char *owner, LeaseRow *row, TimestampTz *now);
-extern const LeaseKind ExclusiveKind;
+extern bool ForceReleaseAll(const LeaseName *name);
+
+/* lease_api.c: the SQL functions of single leases, also used by lease_set.c */
+extern void CheckLeasesWritable(const char *funcname);
+extern HeapTuple LeaseResultTuple(TupleDesc tupdesc, const LeaseName *name,
+								  const LeaseRow *row);
 extern WaitLimit AcquireLimit(int64 timeout_us);
 extern void AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start);
 extern void AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start);

@@ -4,7 +4,8 @@
  *	  Leases of several names at once, all or nothing: the SQL functions
  *	  try_acquire_all, acquire_all and release_all.
  *
- * A set is granted in one step: every name is locked and read, and only
+ * A set is granted in one step: every name is locked (in
+ * DLOCK_SERIAL_LOCKMODE, as any exclusive grant: grant.c) and read, and only
  * when all of them are grantable are they all written, under one token
  * taken once, so that one value fences every lease of the set.  Tokens come
  * from the one counter of the database, so that token is larger than every
@@ -54,6 +55,7 @@
 
 #include "dlock.h"
 #include "dlock_compat.h"
+#include "test_hooks.h"
 
 PG_FUNCTION_INFO_V1(dlock_try_acquire_all);
 PG_FUNCTION_INFO_V1(dlock_acquire_all);
@@ -117,12 +119,12 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 
 	for (int i = 0; i < req->count; i++)
 	{
-		if (!NameLockAcquire(&req->names[i], DLOCK_CHANGE_LOCKMODE, NoWait))
+		if (!NameLockAcquire(&req->names[i], DLOCK_SERIAL_LOCKMODE, NoWait))
 		{
-			ReleaseNameLocks(req, i, DLOCK_CHANGE_LOCKMODE);
+			ReleaseNameLocks(req, i, DLOCK_SERIAL_LOCKMODE);
 			wait->busy = i;
 			DlockLockTag(&wait->busy_tag, DLOCK_SPACE_NAME, req->names[i].hash);
-			wait->busy_mode = DLOCK_CHANGE_LOCKMODE;
+			wait->busy_mode = DLOCK_SERIAL_LOCKMODE;
 			return GRANT_BUSY;
 		}
 	}
@@ -136,6 +138,7 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 		LeaseDecision *d = &decided[i];
 
 		LeaseStoreFetchAll(&store, &req->names[i], &rows[i]);
+		DLOCK_PAUSE("set_read");
 		LeaseDecide(&req->names[i], &rows[i], &ExclusiveKind, req->owner, now, d);
 		if (d->mine >= 0)
 		{
@@ -164,7 +167,7 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 	}
 	if (blocked || extend_only)
 	{
-		ReleaseNameLocks(req, req->count, DLOCK_CHANGE_LOCKMODE);
+		ReleaseNameLocks(req, req->count, DLOCK_SERIAL_LOCKMODE);
 		LeaseStoreClose(&store);
 		return blocked ? GRANT_HELD : GRANT_QUEUED;
 	}
@@ -190,7 +193,7 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 			for (int j = 0; j < i; j++)
 				GrantPinsRelease(&req->names[j], &rows[j], &decided[j],
 								 &ExclusiveKind);
-			ReleaseNameLocks(req, req->count, DLOCK_CHANGE_LOCKMODE);
+			ReleaseNameLocks(req, req->count, DLOCK_SERIAL_LOCKMODE);
 			LeaseStoreClose(&store);
 			wait->busy = i;
 			wait->busy_mode = DLOCK_GRANT_LOCKMODE;
@@ -198,6 +201,7 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 		}
 	}
 
+	DLOCK_PAUSE("set_pin");
 	token = LeaseStoreNextToken();
 	for (int i = 0; i < req->count; i++)
 	{

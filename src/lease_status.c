@@ -76,10 +76,9 @@
  * queue's business (waiting.c), not the state's.
  *
  * Several holders.  Every row above is one holder's lease, in one slot of
- * the name, and has a kind: exclusive (shared false, max_holders 1),
- * shared (shared true, max_holders 1), or a permit of a counting semaphore
- * (shared false, max_holders > 1).  A request of some kind looks at all of
- * the name's rows at once (LeaseDecide):
+ * the name, and has a kind (LeaseKind): exclusive, shared, or a permit of a
+ * counting semaphore of N.  A request of some kind looks at all of the
+ * name's rows at once (LeaseDecide):
  *
  *    a row that is ...             exclusive     shared        semaphore N
  *    free (grantable now)          its slot may be reused by any request
@@ -90,18 +89,21 @@
  *    live, same owner              SAME+ of that row; error 22023 when the
  *                                  request is of another kind
  *
- * So at any moment either one exclusive lease is live and no other lease,
- * or only shared leases are (at most DLOCK_MAX_HOLDERS), or at most N
- * permits of one semaphore.  A grant goes into the lowest free slot below
- * its limit (1 for exclusive, N, DLOCK_MAX_HOLDERS) whose pin it can take;
- * slots are reused, so a name has no more rows than it ever had holders (and
- * ended holders still fenced) at once.  Shared leases and permits granted
- * alongside one another leave slot 0 alone (lease_api.c).  Before a grant
+ * "Same kind" is LeaseKindShares(), the one place that says which kinds
+ * may be live together: a shared lease with shared leases, a permit with
+ * permits of the same N, an exclusive lease with nothing.  So at any moment
+ * either one exclusive lease is live and no other lease, or only shared
+ * leases are (at most DLOCK_MAX_HOLDERS), or at most N permits of one
+ * semaphore.  A grant goes into the lowest free slot below its kind's
+ * capacity (LeaseKindCapacity: 1, N, DLOCK_MAX_HOLDERS) whose pin it can
+ * take; slots are reused, so a name has no more rows than it ever had
+ * holders (and ended holders still fenced) at once.  Before a grant
  * commits, the transactions that fenced the token of the slot it writes,
- * and those that fenced any row of another kind, must have ended
- * (LeaseRowPinConflicts): a fenced shared token holds off exclusive grants
- * and not shared ones, and a semaphore's live permits plus the ended ones
- * still fenced are never more than N.
+ * and those that fenced any row it does not share with
+ * (LeaseRowPinConflicts), must have ended: a fenced shared token holds off
+ * exclusive grants and not shared ones, and a semaphore's live permits plus
+ * the ended ones still fenced are never more than N.  Which lock each of
+ * these decisions is made under is grant.c's conflict rule.
  *
  * End reasons are stored as text in dlock.lease_state.end_reason
  * ('released', 'force_released'; NULL while the lease has not ended):
@@ -308,17 +310,86 @@ LeaseStatusAt(const LeaseRow *row, TimestampTz now, bool holder_alive,
 /* Slots without a row that a granting decision offers, at most */
 #define EMPTY_CANDIDATES	4
 
+const LeaseKind ExclusiveKind = {LEASE_KIND_EXCLUSIVE, 1};
+
 /*
- * KindText - a kind as messages name it
+ * LeaseKindFrom - the kind that the stored (or asked for) pair of shared
+ * and max_holders means; the caller has checked that they are not both set
  */
-static const char *
-KindText(const LeaseKind *kind)
+LeaseKind
+LeaseKindFrom(bool shared, int32 max_holders)
 {
-	if (kind->shared)
-		return "a shared lease";
-	if (kind->max_holders == 1)
-		return "an exclusive lease";
-	return psprintf("a permit of a semaphore of %d", kind->max_holders);
+	LeaseKind	kind = {LEASE_KIND_EXCLUSIVE, 1};
+
+	if (shared)
+		kind.tag = LEASE_KIND_SHARED;
+	else if (max_holders > 1)
+	{
+		kind.tag = LEASE_KIND_PERMIT;
+		kind.max_holders = max_holders;
+	}
+	return kind;
+}
+
+bool
+LeaseKindEqual(const LeaseKind *a, const LeaseKind *b)
+{
+	return a->tag == b->tag && a->max_holders == b->max_holders;
+}
+
+/*
+ * LeaseKindShares - whether a lease of kind asked may be live while one of
+ * kind held is: the conflict table of kinds, once
+ */
+bool
+LeaseKindShares(const LeaseKind *held, const LeaseKind *asked)
+{
+	switch (asked->tag)
+	{
+		case LEASE_KIND_EXCLUSIVE:
+			return false;
+		case LEASE_KIND_SHARED:
+		case LEASE_KIND_PERMIT:
+			return LeaseKindEqual(held, asked);
+	}
+	return false;				/* keep compiler quiet */
+}
+
+/*
+ * LeaseKindCapacity - how many leases of kind may be live at once, which is
+ * also the number of slots rows of that kind are written in
+ */
+int32
+LeaseKindCapacity(const LeaseKind *kind)
+{
+	switch (kind->tag)
+	{
+		case LEASE_KIND_EXCLUSIVE:
+			return 1;
+		case LEASE_KIND_SHARED:
+			return DLOCK_MAX_HOLDERS;
+		case LEASE_KIND_PERMIT:
+			return kind->max_holders;
+	}
+	return 1;					/* keep compiler quiet */
+}
+
+/*
+ * LeaseKindText - a kind as messages name it
+ */
+const char *
+LeaseKindText(const LeaseKind *kind)
+{
+	switch (kind->tag)
+	{
+		case LEASE_KIND_EXCLUSIVE:
+			return "an exclusive lease";
+		case LEASE_KIND_SHARED:
+			return "a shared lease";
+		case LEASE_KIND_PERMIT:
+			return psprintf("a permit of a semaphore of %d", kind->max_holders);
+	}
+	return "a lease";			/* keep compiler quiet */
 }
 
 /*
@@ -335,8 +406,7 @@ void
 LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 			const char *owner, TimestampTz now, LeaseDecision *d)
 {
-	bool		exclusive = LeaseKindExclusive(kind);
-	int32		capacity = kind->shared ? DLOCK_MAX_HOLDERS : kind->max_holders;
+	int32		capacity = LeaseKindCapacity(kind);
 	LeaseClassification *lease = palloc(sizeof(LeaseClassification) *
 										Max(rows->count, 1));
 	int			occupied = 0;
@@ -369,7 +439,7 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 					 errmsg("owner \"%s\" already holds lease \"%.*s\" as another kind of lease",
 							owner, name->len, name->data),
 					 errdetail("It holds %s; the request is for %s.",
-							   KindText(&row->kind), KindText(kind)),
+							   LeaseKindText(&row->kind), LeaseKindText(kind)),
 					 errhint("Release the lease first, or ask for the kind it holds.")));
 		d->mine = i;
 		d->status = LEASE_LIVE;
@@ -394,7 +464,7 @@ LeaseDecide(const LeaseName *name, const LeaseRows *rows, const LeaseKind *kind,
 							   name->len, name->data, row->kind.max_holders),
 					 errhint("Ask with max_holders => %d, or wait until those leases have ended.",
 							 row->kind.max_holders)));
-		if (exclusive || !LeaseKindEqual(&row->kind, kind))
+		if (!LeaseKindShares(&row->kind, kind))
 		{
 			blocked = true;
 			all_end = Max(all_end, lease[i].until);
@@ -483,7 +553,7 @@ LeaseDecisionUseCandidate(LeaseDecision *d, int candidate)
 bool
 LeaseRowPinConflicts(const LeaseRow *row, const LeaseKind *kind)
 {
-	return LeaseKindExclusive(kind) || !LeaseKindEqual(&row->kind, kind);
+	return !LeaseKindShares(&row->kind, kind);
 }
 
 /*
@@ -600,7 +670,7 @@ dlock_lease_states(PG_FUNCTION_ARGS)
 		nulls[11] = row.holder_pid == 0;
 		values[12] = row.value ? CStringGetTextDatum(row.value) : (Datum) 0;
 		nulls[12] = row.value == NULL;
-		values[13] = BoolGetDatum(row.kind.shared);
+		values[13] = BoolGetDatum(LeaseKindIsShared(&row.kind));
 		values[14] = Int32GetDatum(row.kind.max_holders);
 
 		/* Copies the row into the tuplestore's own memory */

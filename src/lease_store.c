@@ -324,25 +324,25 @@ DecodeRow(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
 		DatumGetInt32(values[Anum_lease_holder_pid - 1]);
 	row->value = NULL;
 	row->slot = 0;
-	row->kind.shared = false;
-	row->kind.max_holders = 1;
+	row->kind = ExclusiveKind;
 	if (store->natts >= Natts_lease)
 	{
 		if (!isnull[Anum_lease_value - 1])
 			row->value = TextDatumGetCString(values[Anum_lease_value - 1]);
 		row->slot = DatumGetInt32(values[Anum_lease_slot - 1]);
-		row->kind.shared = DatumGetBool(values[Anum_lease_shared - 1]);
-		row->kind.max_holders = DatumGetInt32(values[Anum_lease_max_holders - 1]);
+		row->kind = LeaseKindFrom(DatumGetBool(values[Anum_lease_shared - 1]),
+								  DatumGetInt32(values[Anum_lease_max_holders - 1]));
 	}
 }
 
 /*
  * FetchFromChain - the version of the HOT chain at *tid visible to
- * SnapshotSelf, decoded into *row; false when there is none, with *all_dead
+ * snapshot, decoded into *row; false when there is none, with *all_dead
  * telling whether the whole chain is dead to everyone
  */
 static bool
-FetchFromChain(LeaseStore *store, ItemPointer tid, LeaseRow *row, bool *all_dead)
+FetchFromChain(LeaseStore *store, ItemPointer tid, Snapshot snapshot,
+			   LeaseRow *row, bool *all_dead)
 {
 	Buffer		buffer = ReadBuffer(store->heap, ItemPointerGetBlockNumber(tid));
 	ItemPointerData version_tid = *tid;
@@ -351,7 +351,7 @@ FetchFromChain(LeaseStore *store, ItemPointer tid, LeaseRow *row, bool *all_dead
 	bool		prune;
 
 	LockBuffer(buffer, BUFFER_LOCK_SHARE);
-	found = heap_hot_search_buffer(&version_tid, store->heap, buffer, SnapshotSelf,
+	found = heap_hot_search_buffer(&version_tid, store->heap, buffer, snapshot,
 								   &tuple, all_dead, true);
 	if (found)
 		DecodeRow(store, &tuple, row);
@@ -366,15 +366,17 @@ FetchFromChain(LeaseStore *store, ItemPointer tid, LeaseRow *row, bool *all_dead
 }
 
 /*
- * ScanName - visit the latest committed row of each slot of a name, in slot
- * order, until visit returns false
+ * ScanName - visit the row of each slot of a name that snapshot sees, in
+ * slot order, until visit returns false
  *
- * The caller must hold the name's lock in some mode: that is what makes the
- * answer current rather than a guess.  visit gets each row in a variable
+ * With SnapshotSelf, the latest committed rows: the caller must hold the
+ * name's lock in some mode, which is what makes the answer current rather
+ * than a guess (and one version per slot: no writer commits meanwhile).
+ * With an MVCC snapshot, what it sees.  visit gets each row in a variable
  * that the next row overwrites: it copies what it keeps.
  */
 static void
-ScanName(LeaseStore *store, const LeaseName *name,
+ScanName(LeaseStore *store, const LeaseName *name, Snapshot snapshot,
 		 bool (*visit) (LeaseRow *row, void *arg), void *arg)
 {
 	ScanKeyData key;
@@ -387,7 +389,7 @@ ScanName(LeaseStore *store, const LeaseName *name,
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(key_text));
 
-	scan = index_beginscan(store->heap, store->index, SnapshotSelf, 1, 0);
+	scan = index_beginscan(store->heap, store->index, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 
 	/* More than one entry per slot only after a non-HOT update, until VACUUM */
@@ -396,7 +398,7 @@ ScanName(LeaseStore *store, const LeaseName *name,
 		bool		all_dead = false;
 
 		memset(&row, 0, sizeof(LeaseRow));
-		if (FetchFromChain(store, tid, &row, &all_dead))
+		if (FetchFromChain(store, tid, snapshot, &row, &all_dead))
 		{
 			if (!visit(&row, arg))
 				break;
@@ -432,10 +434,22 @@ CollectRow(LeaseRow *row, void *arg)
 void
 LeaseStoreFetchAll(LeaseStore *store, const LeaseName *name, LeaseRows *rows)
 {
+	LeaseStoreFetchAllAsOf(store, name, SnapshotSelf, rows);
+}
+
+/*
+ * LeaseStoreFetchAllAsOf - the rows of a name that snapshot sees, by slot
+ * (dlock.watch(), which holds no lock of the name, passes a fresh MVCC
+ * snapshot)
+ */
+void
+LeaseStoreFetchAllAsOf(LeaseStore *store, const LeaseName *name,
+					   Snapshot snapshot, LeaseRows *rows)
+{
 	rows->count = 0;
 	rows->space = 4;
 	rows->row = palloc(sizeof(LeaseRow) * rows->space);
-	ScanName(store, name, CollectRow, rows);
+	ScanName(store, name, snapshot, CollectRow, rows);
 }
 
 typedef struct TokenSearch
@@ -468,7 +482,7 @@ LeaseStoreFetchToken(LeaseStore *store, const LeaseName *name, int64 token,
 	TokenSearch search = {token, false, row};
 
 	memset(row, 0, sizeof(LeaseRow));
-	ScanName(store, name, MatchToken, &search);
+	ScanName(store, name, SnapshotSelf, MatchToken, &search);
 	return search.found;
 }
 
@@ -595,7 +609,7 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 		values[Anum_lease_value - 1] = row->value == NULL ? (Datum) 0 :
 			CStringGetTextDatum(row->value);
 		values[Anum_lease_slot - 1] = Int32GetDatum(row->slot);
-		values[Anum_lease_shared - 1] = BoolGetDatum(row->kind.shared);
+		values[Anum_lease_shared - 1] = BoolGetDatum(LeaseKindIsShared(&row->kind));
 		values[Anum_lease_max_holders - 1] = Int32GetDatum(row->kind.max_holders);
 	}
 	else if (row->value != NULL)

@@ -36,6 +36,7 @@
 #include "utils/timestamp.h"
 
 #include "dlock.h"
+#include "dlock_compat.h"
 
 /* Fixed seed, so a name maps to the same tag in every backend and release */
 #define DLOCK_NAME_HASH_SEED	UINT64CONST(0x646c6f636b)
@@ -198,6 +199,18 @@ NameLockRelease(const LeaseName *name, LOCKMODE mode)
 }
 
 /*
+ * NameLockHeld - whether this backend holds the name's lock in mode
+ */
+bool
+NameLockHeld(const LeaseName *name, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	SetNameLockTag(&tag, name);
+	return dlock_lock_held_by_me(&tag, mode);
+}
+
+/*
  * PinLockTag - the tag whose DLOCK_FENCE_LOCKMODE lock pins the token of a
  * row: the name's own lock for slot 0 (so an exclusive lease pins with one
  * lock, as it always did), the token's tag for the other slots, so that the
@@ -210,6 +223,45 @@ PinLockTag(LOCKTAG *tag, const LeaseName *name, const LeaseRow *row)
 		SetNameLockTag(tag, name);
 	else
 		DlockLockTag(tag, DLOCK_SPACE_TOKEN, (uint64) row->token);
+}
+
+/*
+ * SlotClaimTag - the tag that every writer of a slot > 0 holds in
+ * DLOCK_CLAIM_LOCKMODE while it decides and writes (grant.c): the name's
+ * hash mixed with the slot.  A collision with another name's slot only
+ * makes two writers wait for one another.
+ */
+void
+SlotClaimTag(LOCKTAG *tag, const LeaseName *name, int32 slot)
+{
+	Assert(slot > 0);
+	DlockLockTag(tag, DLOCK_SPACE_CLAIM, hash_combine64(name->hash, (uint64) slot));
+}
+
+/*
+ * KindClaimTag - the tag with which the first grants made alongside of a
+ * name without rows claim its kind (grant.c, ClaimFirstKind)
+ */
+void
+KindClaimTag(LOCKTAG *tag, const LeaseName *name)
+{
+	DlockLockTag(tag, DLOCK_SPACE_CLAIM,
+				 hash_combine64(name->hash, UINT64CONST(0x6b696e64)));
+}
+
+/*
+ * OwnerClaimTag - the tag that a grant made alongside others holds for its
+ * owner, so that two such grants for one owner do not both make a lease:
+ * the name's hash mixed with the owner's.  It cannot equal a slot's claim
+ * but by a hash collision, which again only makes two callers wait.
+ */
+void
+OwnerClaimTag(LOCKTAG *tag, const LeaseName *name, const char *owner)
+{
+	uint64		owner_hash = hash_bytes_extended((const unsigned char *) owner,
+												 strlen(owner), DLOCK_NAME_HASH_SEED);
+
+	DlockLockTag(tag, DLOCK_SPACE_CLAIM, hash_combine64(name->hash, owner_hash));
 }
 
 /*

@@ -32,9 +32,11 @@
  * DLOCK_WATCH_LOCKMODE on the name's tag in DLOCK_SPACE_WATCH while it
  * watches, a mode in which watchers do not conflict with one another, and
  * every transaction that grants or ends a lease of the name sets the
- * latches of all of them once its commit is visible.  A grant or an end
- * checks for watchers with one conditional lock request, so when nobody
- * watches it queues nothing.
+ * latches of all of them once its commit is visible.  Who is to be woken is
+ * looked up at that moment, after the commit is visible, never at the call
+ * that changed the lease: a head or watcher that read the lease before the
+ * commit was visible holds its lock by then and is woken, and one that
+ * arrives later reads the change.
  *
  * When dlock is preloaded, two counters in shared memory say how many
  * sessions of the cluster are in a queue or watching (WaitersShared); a
@@ -171,12 +173,12 @@ WaitersCountOut(WaiterKind kind)
  * (not preloaded)
  *
  * A session counts itself in before it asks for its lock, so one that this
- * look misses counted itself in after it: it arrived after the look.  A
- * caller that changes a lease looks once it holds the name's lock, which
- * such a session waits for before it reads the lease, so it sees the
- * change.  The barrier orders the caller's earlier lock request before the
- * read of the count, as the other session's atomic increment orders its
- * count before its request.
+ * look misses counted itself in after it: it arrived after the look.  The
+ * callers look once a change is visible (at commit, or holding the name's
+ * lock, which a session that reads the lease waits for), so such a session
+ * reads the change.  The barrier orders the caller's commit (or lock
+ * request) before the read of the count, as the other session's atomic
+ * increment orders its count before its request.
  */
 static bool
 WaitersAbsent(WaiterKind kind)
@@ -382,34 +384,30 @@ WatchersLeave(const LeaseName *name)
  * WakeQueueHeadAtCommit - wake the name's queue head once this transaction
  * has committed (a wake-up before the commit is visible would be wasted)
  *
- * The caller holds the name's change lock.  When nobody waits now, nothing
- * is needed at commit: a session that joins the queue later reads the lease
- * under the name's lock, which it gets only after this commit.
+ * Whether there is a head is looked up at the commit, not now: a head that
+ * arrives between this call and the commit may have read the lease before
+ * the change was visible (a grant made alongside does not wait for a
+ * release in progress), and must be woken too.  One that arrives after the
+ * look reads the lease after the commit became visible.
  */
 void
 WakeQueueHeadAtCommit(const LeaseName *name)
 {
-	if (!QueueIsEmpty(name))
-		AddPendingWake(name, WAKE_QUEUE_HEAD);
+	AddPendingWake(name, WAKE_QUEUE_HEAD);
 }
 
 /*
  * WakeWatchersAtCommit - wake every session in dlock.watch() of the name
  * once this transaction has committed
  *
- * As for the queue head, a watcher that starts after this look reads the
- * lease only once this transaction's commit is visible.
+ * As for the queue head, the watchers are looked up at the commit: a
+ * watcher reads without any lock of the name (watch.c), so one that began
+ * before the commit may have read the old rows.
  */
 void
 WakeWatchersAtCommit(const LeaseName *name)
 {
-	LOCKTAG		tag;
-
-	if (WaitersAbsent(WAITER_WATCHING))
-		return;
-	WatchLockTag(&tag, name);
-	if (!LockIsFree(&tag, AccessExclusiveLock))
-		AddPendingWake(name, WAKE_WATCHERS);
+	AddPendingWake(name, WAKE_WATCHERS);
 }
 
 static void
@@ -417,6 +415,16 @@ AddPendingWake(const LeaseName *name, WakeWhom whom)
 {
 	MemoryContext old;
 	PendingWake *wake;
+
+	/* The same wake-up as the last one queued (a name changed twice) */
+	if (PendingWakes != NIL)
+	{
+		wake = llast(PendingWakes);
+		if (wake->whom == whom && wake->len == name->len &&
+			wake->item.subid == GetCurrentSubTransactionId() &&
+			memcmp(wake->data, name->data, name->len) == 0)
+			return;
+	}
 
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	wake = palloc(offsetof(PendingWake, data) + name->len);
@@ -433,11 +441,17 @@ AddPendingWake(const LeaseName *name, WakeWhom whom)
  * QueueWakesAtEOXact - the transaction ended (dispatcher, dlock.c)
  *
  * COMMIT: the change is visible to others by now (the locks are not yet
- * released), so the head finds the name free.  PREPARE: it is not visible
- * yet, and COMMIT PREPARED may run in a backend that has not even loaded
- * dlock; but the prepared transaction keeps its lock on the name, so the
- * head, once woken, waits for that lock in the lock manager, which wakes it
- * the moment the prepared transaction ends, wherever it is committed.
+ * released), so the head finds the name free; who is waiting or watching is
+ * looked up only now (WakeQueueHeadAtCommit), and while nobody in the
+ * cluster is counted as such, not even in the lock manager.  PREPARE: the
+ * change is not visible yet, and COMMIT PREPARED may run in a backend that
+ * has not even loaded dlock; but the prepared transaction keeps its lock on
+ * the name, so the head, once woken, decides under DLOCK_SERIAL_LOCKMODE
+ * (every head does when it is not granted alongside: grant.c) and waits for
+ * that lock in the lock manager, which wakes it the moment the prepared
+ * transaction ends, wherever it is committed.  A watcher, which takes no
+ * lock of the name, sees such a change at its next look, within
+ * HEAD_MAX_SLEEP_US.
  */
 void
 QueueWakesAtEOXact(XactEvent event)
@@ -453,8 +467,11 @@ QueueWakesAtEOXact(XactEvent event)
 
 			LeaseNameInit(&name, wake->data, wake->len);
 			if (wake->whom == WAKE_QUEUE_HEAD)
-				WakeQueueHead(&name);
-			else
+			{
+				if (!WaitersAbsent(WAITER_QUEUED))
+					WakeQueueHead(&name);
+			}
+			else if (!WaitersAbsent(WAITER_WATCHING))
 				WakeWatchers(&name);
 		}
 	}

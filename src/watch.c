@@ -9,11 +9,15 @@
  * latch once the commit is visible, and a session-bound holder's exit sets
  * it too.  Between wake-ups it sleeps on its latch until the live lease
  * expires on the server's clock, when the live token changes without any
- * commit.  It reads the row like the lease functions do, in its latest
- * committed state and holding the name's lock (in DLOCK_READ_LOCKMODE, for
- * the read only), so it reports only committed changes, never one that is
- * still in progress or that rolled back, and it neither waits for fenced
- * transactions nor makes grants wait for it beyond the read.
+ * commit.  It reads the rows through a fresh MVCC snapshot, without any
+ * lock of the name: it reports only committed changes, never one that is
+ * still in progress or that rolled back, and it never waits for, nor makes
+ * wait, a grant, a change or a fenced transaction (a lock request of its
+ * own, even a brief one, would queue in the lock manager, and every later
+ * request that conflicts with it would queue behind it).  No change is
+ * missed: a transaction looks for watchers to wake once its commit is
+ * visible (waiting.c), so a watcher that read before then is woken, and
+ * one that joined after then reads the change.
  *
  * On a hot standby no commit wakes it (the standby replays WAL; nobody
  * takes the locks there), so it also reads the row every
@@ -33,9 +37,11 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "dlock.h"
+#include "test_hooks.h"
 
 PG_FUNCTION_INFO_V1(dlock_watch);
 
@@ -43,30 +49,25 @@ PG_FUNCTION_INFO_V1(dlock_watch);
 
 /*
  * ReadLiveToken - the name's live token in *token, if a lease is live (then
- * *until is the soonest expiry of its live leases); false when none is, or
- * (with *busy set) when the name's lock was not available within limit
+ * *until is the soonest expiry of its live leases); false when none is
  *
  * With several holders (shared leases, permits), the live token is the
  * newest of them.
  */
 static bool
-ReadLiveToken(const LeaseName *name, WaitLimit limit, int64 *token,
-			  TimestampTz *until, bool *busy)
+ReadLiveToken(const LeaseName *name, int64 *token, TimestampTz *until)
 {
 	LeaseStore	store;
 	LeaseRows	rows;
+	Snapshot	snapshot;
 	int			newest;
 
-	*busy = false;
-	if (!NameLockAcquire(name, DLOCK_READ_LOCKMODE, limit))
-	{
-		*busy = true;
-		return false;
-	}
 	LeaseStoreOpen(&store, AccessShareLock);
-	LeaseStoreFetchAll(&store, name, &rows);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	LeaseStoreFetchAllAsOf(&store, name, snapshot, &rows);
+	UnregisterSnapshot(snapshot);
+	DLOCK_PAUSE("watch_read");
 	newest = LeaseRowsNewestLive(&rows, GetCurrentTimestamp(), until);
-	NameLockRelease(name, DLOCK_READ_LOCKMODE);
 	LeaseStoreClose(&store);
 
 	*token = newest >= 0 ? rows.row[newest].token : 0;
@@ -117,14 +118,13 @@ dlock_watch(PG_FUNCTION_ARGS)
 	{
 		int64		token;
 		TimestampTz until = DT_NOEND;
-		bool		busy;
 		bool		live;
 
 		/* A wake-up sent after this point interrupts the sleep below */
 		ResetLatch(MyLatch);
 
-		live = ReadLiveToken(&name, limit, &token, &until, &busy);
-		if (!busy && (live != watching_token || (live && token != watched)))
+		live = ReadLiveToken(&name, &token, &until);
+		if (live != watching_token || (live && token != watched))
 		{
 			WatchersLeave(&name);
 			error_context_stack = waitcontext.previous;
@@ -132,7 +132,7 @@ dlock_watch(PG_FUNCTION_ARGS)
 				PG_RETURN_NULL();
 			PG_RETURN_INT64(token);
 		}
-		if (busy || !limit.wait ||
+		if (!limit.wait ||
 			(limit.deadline != DT_NOEND && GetCurrentTimestamp() >= limit.deadline))
 			break;
 

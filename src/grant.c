@@ -1,0 +1,813 @@
+/*-------------------------------------------------------------------------
+ *
+ * grant.c
+ *	  The grant engine: every decision to grant, extend or end a lease, the
+ *	  writes that carry it out, and the conflict rule they all follow.
+ *
+ * The SQL entry points (lease_api.c, lease_set.c) parse arguments, wait and
+ * shape results; what a name's rows allow is decided here, from the state
+ * model and the kinds in lease_status.c, under the locks below.
+ *
+ * The conflict rule.  A decision is only as good as the rows it was made
+ * from.  So every decision that leads to a write is made from rows read
+ * while holding a lock that conflicts with the lock of every other writer
+ * whose write could change that decision; where the rule needs a narrower
+ * lock to let writers of one kind run side by side, the decision is read
+ * again once the narrower lock is held.  The locks, by who holds them while
+ * it reads, decides and writes (N: the name's lock, in the modes of
+ * dlock.h; C(s): the claim of slot s > 0; O: the claim of an owner; K:
+ * the claim of a kind; P(t): the pin of token t, which is N itself for
+ * slot 0):
+ *
+ *    request                        N mode       also holds       writes
+ *    fence                          FENCE        P(t) FENCE       nothing
+ *    watch                          -            (fresh snapshot) nothing
+ *    grant alongside (shared or     ALONGSIDE    O, C(s),         slot s > 0
+ *      permit, rows all its kind)                P(old) GRANT,
+ *                                                K if no rows
+ *    renew, release, re-acquire     CHANGE       C(s) if s > 0    its slot s
+ *    grant (exclusive, set member,  SERIAL       P of the slot    any slot
+ *      first grant, mixed kinds),                and of rows it
+ *      force_release                             does not share
+ *                                                with, GRANT
+ *    purge                          GRANT        every P, GRANT   deletes
+ *
+ * and the conflicts on N that follow from PostgreSQL's lock table (x:
+ * conflict; these modes are AccessShare, RowExclusive,
+ * ShareUpdateExclusive, ShareRowExclusive and AccessExclusive):
+ *
+ *                 FENCE  ALONGSIDE  CHANGE  SERIAL  GRANT
+ *    FENCE          .        .        .       .       x
+ *    ALONGSIDE      .        .        .       x       x
+ *    CHANGE         .        .        x       x       x
+ *    SERIAL         .        x        x       x       x
+ *    GRANT          x        x        x       x       x
+ *
+ * Why each decision holds:
+ *
+ *	- SERIAL and GRANT conflict with every mode that writes, so a serialized
+ *	  grant, force_release and purge decide from rows nobody else can be
+ *	  changing.  An exclusive lease is never granted while a shared lease or
+ *	  a permit is being granted alongside, and the other way round.
+ *	- CHANGE excludes other changes and serialized grants.  It does not
+ *	  exclude grants made alongside, which write slots > 0; so a change of a
+ *	  row in a slot > 0 claims the slot and reads the row again before it
+ *	  decides (ClaimOwnRow).
+ *	- A grant made alongside decides three things.  That every row of the
+ *	  name is of its kind: while it holds ALONGSIDE only grants made
+ *	  alongside and changes can write, a change never alters a kind, and a
+ *	  grant made alongside of another kind would have had to see rows of its
+ *	  own kind, which cannot exist next to this one's; so the kinds stay as
+ *	  read.  A name without rows says nothing about its kind, so the first
+ *	  grants made alongside claim one (K: shared leases share it, permits,
+ *	  whose limits may differ, take it one at a time) and read again.  That the owner
+ *	  holds no live lease: grants for one owner made alongside exclude one
+ *	  another by O, and a change can end a lease but never make one.  And
+ *	  that slot s is free: read again once C(s) and the pin of its old
+ *	  token are held, when no one else can write it.  Slots below the kind's
+ *	  capacity only, so a semaphore of N has at most N rows.
+ *	- dlock.fence() decides whether its token is live.  A grant that replaces
+ *	  that token holds its pin in GRANT, which waits for the fence; an end
+ *	  of the lease does not, and the fence then simply came first.
+ *	- dlock.watch() writes nothing; it reads through a fresh snapshot, so it
+ *	  never waits for a lock, and who it is woken by is decided at commit,
+ *	  once the change is visible (waiting.c).
+ *
+ * Lock waits.  A grant takes pins without waiting; when one is busy it gives
+ * back everything, waits for that one alone, and reads again, so it never
+ * waits for a pin while holding the name's lock or another pin.  A grant
+ * made alongside never waits at all but for N: whatever it cannot have at
+ * once, the serialized way decides instead.
+ *
+ * The commit of a grant is always durable, locally and on synchronous
+ * standbys (durability.c), because a grant lost in a crash or a failover
+ * would let its token be issued again.
+ *
+ * Invariants: I2, I3, I12 and I16 in docs/internals.md.
+ *
+ * Copyright (c) 2026, dlock developers
+ *
+ * IDENTIFICATION
+ *	  src/grant.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/int.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/timestamp.h"
+
+#include "dlock.h"
+#include "test_hooks.h"
+
+const WaitLimit NoWait = {false, 0};
+const WaitLimit WaitForever = {true, DT_NOEND};
+
+/*
+ * MayActFor - whether the current role may act on leases of holder_role
+ */
+bool
+MayActFor(Oid holder_role)
+{
+	return has_privs_of_role(GetUserId(), holder_role);
+}
+
+bool
+IsSameHolder(const LeaseRow *row, const char *owner)
+{
+	return strcmp(row->owner, owner) == 0 && MayActFor(row->holder_role);
+}
+
+/*
+ * ExpiryAfter - now + ttl, saturating at the end of the timestamp range
+ * (dlock.max_ttl keeps real ttls far below that)
+ */
+TimestampTz
+ExpiryAfter(TimestampTz now, int64 ttl_us)
+{
+	TimestampTz result;
+
+	if (pg_add_s64_overflow(now, ttl_us, &result) || result >= END_TIMESTAMP)
+		return END_TIMESTAMP - 1;
+	return result;
+}
+
+/*
+ * WriteChange - store a changed row; this backend's cached fence answers
+ * may no longer hold
+ */
+static void
+WriteChange(LeaseStore *store, const LeaseName *name, LeaseRow *row)
+{
+	LeaseStoreWrite(store, name, row);
+	FenceCacheLeaseChanged();
+}
+
+/*
+ * ExtendLease - the same owner asked again: same token, expiry from now,
+ * and the value, when one is given
+ */
+void
+ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
+			int64 ttl_us, const char *value, TimestampTz now)
+{
+	row->expires_at = ExpiryAfter(now, ttl_us);
+	if (value != NULL)
+		row->value = unconstify(char *, value);
+	WriteChange(store, name, row);
+	DlockStatsCount(name, DLOCK_STAT_RENEWAL);
+}
+
+/*
+ * EndLease - mark a live lease ended; its token fails dlock.fence() from
+ * the commit on, when the first waiter is woken
+ */
+void
+EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
+		 TimestampTz now, LeaseEndReason reason)
+{
+	row->ended = true;
+	row->ended_at = now;
+	row->end_reason = reason;
+	WriteChange(store, name, row);
+	WakeQueueHeadAtCommit(name);
+	WakeWatchersAtCommit(name);
+	if (row->session_bound)
+		SessionLeaseForgetAtCommit(row->token);
+}
+
+/*
+ * GrantLeaseWithToken - write the grant of a token that the caller took
+ * from LeaseStoreNextToken() into row (GrantTargetRow); the caller holds
+ * the grant's pins (GrantPinsTake) or, alongside, its slot's claim
+ */
+void
+GrantLeaseWithToken(LeaseStore *store, const GrantRequest *req, LeaseRow *row,
+					int64 token)
+{
+	TimestampTz now;
+
+	/*
+	 * The counter can only be behind the table if someone reset it by hand
+	 * (setval).  Refuse rather than issue a token that does not grow.
+	 */
+	if (row->found && token <= row->token)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("token counter is behind lease \"%.*s\"",
+						req->name.len, req->name.data),
+				 errdetail("The counter gave token " INT64_FORMAT ", but the lease already had token " INT64_FORMAT ".",
+						   token, row->token),
+				 errhint("Advance the counter with SELECT setval('dlock.token_seq', (SELECT max(token) FROM dlock.lease_state)).")));
+
+	now = GetCurrentTimestamp();
+	if (dlock_stats_counting)
+		DlockStatsGranted(&req->name, row, now);
+	row->token = token;
+	row->kind = req->kind;
+	row->owner = req->owner;
+	row->holder_role = GetUserId();
+	row->acquired_at = now;
+	row->expires_at = ExpiryAfter(now, req->ttl_us);
+	row->ended = false;
+	row->end_reason = LEASE_NOT_ENDED;
+	row->lock_delay_us = req->lock_delay_us;
+	row->session_bound = req->session_bound;
+	row->holder_pid = req->session_bound ? MyProcPid : 0;
+	row->value = req->value;
+	WriteChange(store, &req->name, row);
+	WakeWatchersAtCommit(&req->name);
+
+	if (req->session_bound)
+		SessionLeaseTake(&req->name, token);
+
+	RequireDurableCommit();
+}
+
+/*
+ * GrantNewLease - issue a new token into row; the caller holds what the
+ * conflict rule asks of a grant into its slot
+ */
+static void
+GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
+{
+	if (req->session_bound)
+		SessionLeasePrune();
+	GrantLeaseWithToken(store, req, row, LeaseStoreNextToken());
+}
+
+/*
+ * GrantTargetRow - the row a grant decided by LeaseDecide writes: the free
+ * row of its slot, or a new one
+ */
+LeaseRow *
+GrantTargetRow(const LeaseRows *rows, const LeaseDecision *d)
+{
+	LeaseRow   *row;
+
+	Assert(d->status == LEASE_FREE);
+	if (d->target >= 0)
+		return &rows->row[d->target];
+	row = palloc0(sizeof(LeaseRow));
+	row->found = false;
+	row->slot = d->slot;
+	return row;
+}
+
+/*
+ * GrantPinTags - the pins a grant must hold in DLOCK_GRANT_LOCKMODE before
+ * it writes: that of the slot it writes (for slot 0 always the name's own
+ * lock, also when the slot has no row yet), and that of every other row
+ * whose fenced transactions it must wait for (LeaseRowPinConflicts).  For
+ * an exclusive name that is one lock.
+ */
+static int
+GrantPinTags(const LeaseName *name, const LeaseRows *rows,
+			 const LeaseDecision *d, const LeaseKind *kind, LOCKTAG **tags)
+{
+	int			count = 0;
+
+	*tags = palloc(sizeof(LOCKTAG) * (rows->count + 1));
+	if (d->target >= 0)
+		PinLockTag(&(*tags)[count++], name, &rows->row[d->target]);
+	else if (d->slot == 0)
+	{
+		LeaseRow	first = {0};
+
+		PinLockTag(&(*tags)[count++], name, &first);
+	}
+	for (int i = 0; i < rows->count; i++)
+	{
+		if (i != d->target && LeaseRowPinConflicts(&rows->row[i], kind))
+			PinLockTag(&(*tags)[count++], name, &rows->row[i]);
+	}
+	return count;
+}
+
+/*
+ * GrantPinsTake - take the grant's pins (GrantPinTags) without waiting;
+ * false, holding none of them, with *busy the one that was not available
+ */
+bool
+GrantPinsTake(const LeaseName *name, const LeaseRows *rows,
+			  const LeaseDecision *d, const LeaseKind *kind, LOCKTAG *busy)
+{
+	LOCKTAG    *tags;
+	int			count = GrantPinTags(name, rows, d, kind, &tags);
+
+	for (int i = 0; i < count; i++)
+	{
+		if (!LockAcquireWithin(&tags[i], DLOCK_GRANT_LOCKMODE, NoWait))
+		{
+			*busy = tags[i];
+			while (--i >= 0)
+				LockRelease(&tags[i], DLOCK_GRANT_LOCKMODE, false);
+			pfree(tags);
+			return false;
+		}
+	}
+	pfree(tags);
+	return true;
+}
+
+/*
+ * GrantPinsRelease - give back the pins that GrantPinsTake took, when the
+ * grant is not made after all (a set that another name holds up)
+ */
+void
+GrantPinsRelease(const LeaseName *name, const LeaseRows *rows,
+				 const LeaseDecision *d, const LeaseKind *kind)
+{
+	LOCKTAG    *tags;
+	int			count = GrantPinTags(name, rows, d, kind, &tags);
+
+	for (int i = 0; i < count; i++)
+		LockRelease(&tags[i], DLOCK_GRANT_LOCKMODE, false);
+	pfree(tags);
+}
+
+/*
+ * NotGranted - the outcome of a decision that grants nothing (a free name
+ * that the caller may only extend its own lease of is GRANT_QUEUED), with
+ * until when in *wait
+ */
+static GrantOutcome
+NotGranted(const LeaseDecision *d, GrantWait *wait)
+{
+	wait->until = d->until;
+	wait->session_token = d->session_token;
+	if (d->status == LEASE_FREE)
+		return GRANT_QUEUED;
+	return d->status == LEASE_LIVE ? GRANT_HELD : GRANT_DELAYED;
+}
+
+/*
+ * RowOfSlot - the row of slot in rows, or NULL
+ */
+static LeaseRow *
+RowOfSlot(const LeaseRows *rows, int32 slot)
+{
+	for (int i = 0; i < rows->count; i++)
+		if (rows->row[i].slot == slot)
+			return &rows->row[i];
+	return NULL;
+}
+
+/*
+ * AlongsideApplies - whether a request of kind may be granted alongside the
+ * rows of a name: it is not exclusive, and every row of the name is of its
+ * kind (see the banner for why that stays so while it decides)
+ */
+static bool
+AlongsideApplies(const LeaseRows *rows, const LeaseKind *kind)
+{
+	if (LeaseKindExclusive(kind))
+		return false;
+	for (int i = 0; i < rows->count; i++)
+	{
+		if (!LeaseKindEqual(&rows->row[i].kind, kind))
+			return false;
+	}
+	return true;
+}
+
+/* The mode in which the first grants made alongside claim a kind */
+static LOCKMODE
+FirstKindMode(const LeaseKind *kind)
+{
+	return LeaseKindIsShared(kind) ? ShareLock : ExclusiveLock;
+}
+
+/*
+ * ClaimFirstKind - for a name without rows, claim the kind that grants made
+ * alongside give it, without waiting, and read the rows again: true when
+ * the claim is held (until the end of the transaction) and *rows are read
+ * under it
+ *
+ * Without rows, nothing read says which kind the name is being granted to,
+ * so the first grants made alongside claim it: shared leases in ShareLock,
+ * which they share with one another, permits in ExclusiveLock, so that the
+ * first permits, whose max_holders may differ, are granted one at a time.
+ * Once the name has rows, its kind is what they say.
+ */
+static bool
+ClaimFirstKind(LeaseStore *store, const LeaseName *name, const LeaseKind *kind,
+			   LeaseRows *rows)
+{
+	LOCKTAG		claim;
+
+	KindClaimTag(&claim, name);
+	if (!LockAcquireWithin(&claim, FirstKindMode(kind), NoWait))
+		return false;
+	LeaseStoreFetchAll(store, name, rows);
+	return true;
+}
+
+static void
+FirstKindRelease(const LeaseName *name, const LeaseKind *kind)
+{
+	LOCKTAG		claim;
+
+	KindClaimTag(&claim, name);
+	LockRelease(&claim, FirstKindMode(kind), false);
+}
+
+/*
+ * ClaimFreeSlot - claim the candidate-th slot of a decision to grant
+ * alongside, without waiting, and read it again: true when it is still
+ * free, with *row the row to write and the claim (and the pin of the old
+ * token) held until the end of the transaction; false, holding neither,
+ * when the slot is 0, busy, or no longer free
+ */
+static bool
+ClaimFreeSlot(LeaseStore *store, const LeaseName *name, const LeaseRows *rows,
+			  LeaseDecision *d, int candidate, LeaseRow *row)
+{
+	LOCKTAG		claim;
+	LOCKTAG		pin;
+	LeaseRow   *target;
+	LeaseRows	again;
+	LeaseRow   *now_there;
+	TimestampTz until;
+	bool		free;
+
+	LeaseDecisionUseCandidate(d, candidate);
+	/* Slot 0's pin is the name's own lock, which this way does not take */
+	if (d->slot == 0)
+		return false;
+	target = d->target >= 0 ? &rows->row[d->target] : NULL;
+
+	SlotClaimTag(&claim, name, d->slot);
+	if (!LockAcquireWithin(&claim, DLOCK_CLAIM_LOCKMODE, NoWait))
+		return false;
+	if (target != NULL)
+	{
+		PinLockTag(&pin, name, target);
+		if (!LockAcquireWithin(&pin, DLOCK_GRANT_LOCKMODE, NoWait))
+		{
+			LockRelease(&claim, DLOCK_CLAIM_LOCKMODE, false);
+			return false;
+		}
+	}
+	DLOCK_PAUSE("alongside_claim");
+
+	/* Still free, now that nobody else can write it? */
+	LeaseStoreFetchAll(store, name, &again);
+	now_there = RowOfSlot(&again, d->slot);
+	if (target == NULL)
+		free = (now_there == NULL);
+	else
+		free = (now_there != NULL && now_there->token == target->token &&
+				LeaseStatusNow(now_there, GetCurrentTimestamp(), &until) == LEASE_FREE);
+	if (free)
+	{
+		*row = target == NULL ? *GrantTargetRow(rows, d) : *now_there;
+		return true;
+	}
+	if (target != NULL)
+		LockRelease(&pin, DLOCK_GRANT_LOCKMODE, false);
+	LockRelease(&claim, DLOCK_CLAIM_LOCKMODE, false);
+	return false;
+}
+
+/*
+ * AttemptGrantAlongside - grant a shared lease or a permit at the same time
+ * as other grants of its kind (the banner says why that is exact); true
+ * when granted, false when this way does not apply or cannot have what it
+ * needs at once, and then the serialized way decides.
+ */
+static bool
+AttemptGrantAlongside(const GrantRequest *req, WaitLimit limit, LeaseRow *row)
+{
+	const LeaseName *name = &req->name;
+	LeaseStore	store;
+	LeaseRows	rows;
+	LeaseDecision d;
+	LOCKTAG		owner_claim;
+	bool		kind_claimed = false;
+
+	if (LeaseKindExclusive(&req->kind))
+		return false;
+	if (!NameLockAcquire(name, DLOCK_ALONGSIDE_LOCKMODE, limit))
+		return false;
+	OwnerClaimTag(&owner_claim, name, req->owner);
+	if (!LockAcquireWithin(&owner_claim, DLOCK_CLAIM_LOCKMODE, NoWait))
+	{
+		NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
+		return false;
+	}
+
+	LeaseStoreOpen(&store, RowExclusiveLock);
+	LeaseStoreFetchAll(&store, name, &rows);
+	DLOCK_PAUSE("alongside_read");
+	if (rows.count == 0)
+		kind_claimed = ClaimFirstKind(&store, name, &req->kind, &rows);
+	if ((rows.count > 0 || kind_claimed) && AlongsideApplies(&rows, &req->kind))
+	{
+		LeaseDecide(name, &rows, &req->kind, req->owner, GetCurrentTimestamp(), &d);
+		DLOCK_PAUSE("alongside_decide");
+		for (int c = 0; d.mine < 0 && d.status == LEASE_FREE && c < d.ncandidates; c++)
+		{
+			if (ClaimFreeSlot(&store, name, &rows, &d, c, row))
+			{
+				GrantNewLease(&store, req, row);
+				LeaseStoreClose(&store);
+				return true;
+			}
+		}
+	}
+
+	if (kind_claimed)
+		FirstKindRelease(name, &req->kind);
+	LockRelease(&owner_claim, DLOCK_CLAIM_LOCKMODE, false);
+	NameLockRelease(name, DLOCK_ALONGSIDE_LOCKMODE);
+	LeaseStoreClose(&store);
+	return false;
+}
+
+/*
+ * ChangeLockMode - the mode in which a holder's change of its own lease
+ * takes the name's lock: DLOCK_CHANGE_LOCKMODE, or DLOCK_SERIAL_LOCKMODE
+ * when this transaction holds that already (it granted the name itself).
+ * The stronger mode decides just as well, and asking for the weaker one
+ * would queue behind a waiter for the name (the lock manager lets no new
+ * request pass a waiter it conflicts with), which waits for this very
+ * transaction.
+ */
+static LOCKMODE
+ChangeLockMode(const LeaseName *name)
+{
+	return NameLockHeld(name, DLOCK_SERIAL_LOCKMODE) ?
+		DLOCK_SERIAL_LOCKMODE : DLOCK_CHANGE_LOCKMODE;
+}
+
+/*
+ * ClaimOwnRow - read the rows of a name under its change lock (held by the
+ * caller) and find owner's live lease, with its slot claimed when it is
+ * > 0 and the rows read again after the claim: its index in *rows; -1 when
+ * owner holds none live (claiming nothing); -2 when the claim was not
+ * available within limit
+ */
+static int
+ClaimOwnRow(LeaseStore *store, const LeaseName *name, const char *owner,
+			WaitLimit limit, LeaseRows *rows, TimestampTz *now)
+{
+	int32		claimed = 0;
+	LOCKTAG		claim = {0};
+
+	for (;;)
+	{
+		int			mine = -1;
+
+		LeaseStoreFetchAll(store, name, rows);
+		if (claimed == 0)
+			DLOCK_PAUSE("change_read");
+		*now = GetCurrentTimestamp();
+		for (int i = 0; i < rows->count && mine < 0; i++)
+		{
+			if (IsSameHolder(&rows->row[i], owner) &&
+				LeaseIsLive(&rows->row[i], *now))
+				mine = i;
+		}
+		if (claimed == 0)
+			DLOCK_PAUSE("change_decide");
+		if (mine >= 0 && (rows->row[mine].slot == 0 ||
+						  rows->row[mine].slot == claimed))
+			return mine;
+
+		/* Not held, or held in a slot not claimed yet */
+		if (claimed != 0)
+			LockRelease(&claim, DLOCK_CLAIM_LOCKMODE, false);
+		claimed = 0;
+		if (mine < 0)
+			return -1;
+		SlotClaimTag(&claim, name, rows->row[mine].slot);
+		if (!LockAcquireWithin(&claim, DLOCK_CLAIM_LOCKMODE, limit))
+			return -2;
+		claimed = rows->row[mine].slot;
+		DLOCK_PAUSE("change_claim");
+	}
+}
+
+/*
+ * AttemptExtend - extend owner's own live lease, and nothing else, under
+ * the change lock: it never waits for grants made alongside others
+ */
+static GrantOutcome
+AttemptExtend(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
+			  GrantWait *wait)
+{
+	const LeaseName *name = &req->name;
+	LeaseStore	store;
+	LeaseRows	rows;
+	LeaseDecision d;
+	TimestampTz now;
+	int			mine;
+	LOCKMODE	mode = ChangeLockMode(name);
+
+	if (!NameLockAcquire(name, mode, limit))
+		return GRANT_BUSY;
+	LeaseStoreOpen(&store, RowExclusiveLock);
+	mine = ClaimOwnRow(&store, name, req->owner, limit, &rows, &now);
+	if (mine == -2)
+	{
+		NameLockRelease(name, mode);
+		LeaseStoreClose(&store);
+		return GRANT_BUSY;
+	}
+
+	/* The kind's rules, for the own lease (22023) and for the wait */
+	LeaseDecide(name, &rows, &req->kind, req->owner, now, &d);
+	Assert(d.mine == mine);
+	if (d.mine >= 0)
+	{
+		*row = rows.row[d.mine];
+		ExtendLease(&store, name, row, req->ttl_us, req->value, now);
+		LeaseStoreClose(&store);
+		return GRANT_DONE;
+	}
+	NameLockRelease(name, mode);
+	LeaseStoreClose(&store);
+	return NotGranted(&d, wait);
+}
+
+/*
+ * AttemptGrant - one attempt to grant or extend a lease
+ *
+ * Lock waits (for a transaction that is changing the name, or one that
+ * fenced a write under a token the grant must wait for) happen in the lock
+ * manager within limit; GRANT_BUSY when they do not end in time.
+ * GRANT_HELD and GRANT_DELAYED say, in *wait, until when the name is not
+ * grantable.  With extend_only, only the same owner's live lease is
+ * extended (AttemptExtend).  A shared lease or a permit is first tried
+ * alongside other grants of its kind; every other decision is made under
+ * DLOCK_SERIAL_LOCKMODE.
+ */
+GrantOutcome
+AttemptGrant(const GrantRequest *req, WaitLimit limit, bool extend_only,
+			 LeaseRow *row, GrantWait *wait)
+{
+	const LeaseName *name = &req->name;
+
+	if (extend_only)
+		return AttemptExtend(req, limit, row, wait);
+	if (AttemptGrantAlongside(req, limit, row))
+		return GRANT_DONE;
+
+	for (;;)
+	{
+		LeaseStore	store;
+		LeaseRows	rows;
+		LeaseDecision d;
+		TimestampTz now;
+		LOCKTAG		busy;
+
+		if (!NameLockAcquire(name, DLOCK_SERIAL_LOCKMODE, limit))
+			return GRANT_BUSY;
+
+		LeaseStoreOpen(&store, RowExclusiveLock);
+		LeaseStoreFetchAll(&store, name, &rows);
+		DLOCK_PAUSE("grant_read");
+		now = GetCurrentTimestamp();
+		LeaseDecide(name, &rows, &req->kind, req->owner, now, &d);
+		DLOCK_PAUSE("grant_decide");
+		if (d.mine >= 0)
+		{
+			*row = rows.row[d.mine];
+			ExtendLease(&store, name, row, req->ttl_us, req->value, now);
+			LeaseStoreClose(&store);
+			return GRANT_DONE;
+		}
+		if (d.status != LEASE_FREE)
+		{
+			NameLockRelease(name, DLOCK_SERIAL_LOCKMODE);
+			LeaseStoreClose(&store);
+			return NotGranted(&d, wait);
+		}
+
+		/*
+		 * Grantable, once the transactions fenced under old tokens are done:
+		 * into the first slot whose pins are not busy
+		 */
+		for (int c = 0; c < d.ncandidates; c++)
+		{
+			LOCKTAG		busy_here;
+
+			LeaseDecisionUseCandidate(&d, c);
+			if (GrantPinsTake(name, &rows, &d, &req->kind, &busy_here))
+			{
+				DLOCK_PAUSE("grant_pin");
+				*row = *GrantTargetRow(&rows, &d);
+				GrantNewLease(&store, req, row);
+				LeaseStoreClose(&store);
+				return GRANT_DONE;
+			}
+			if (c == 0)
+				busy = busy_here;
+		}
+
+		/*
+		 * Wait for that pin without holding the name's lock, so that a
+		 * fenced transaction that renews or releases before it commits
+		 * cannot deadlock with us, then look again: others may have acted
+		 * meanwhile.
+		 */
+		NameLockRelease(name, DLOCK_SERIAL_LOCKMODE);
+		LeaseStoreClose(&store);
+		if (!LockAcquireWithin(&busy, DLOCK_GRANT_LOCKMODE, limit))
+			return GRANT_BUSY;
+		LockRelease(&busy, DLOCK_GRANT_LOCKMODE, false);
+	}
+}
+
+/*
+ * FetchHeldLease - lock a name for a change and read its rows; true if
+ * owner holds one of them live (and may act as the holder's role): that
+ * lease is *row, its slot claimed (ClaimOwnRow)
+ *
+ * When it returns false the lock is already given back.
+ */
+bool
+FetchHeldLease(LeaseStore *store, const LeaseName *name, const char *owner,
+			   LeaseRow *row, TimestampTz *now)
+{
+	LeaseRows	rows;
+	const LeaseRow *lost = NULL;
+	int			mine;
+	LOCKMODE	mode = ChangeLockMode(name);
+
+	NameLockAcquire(name, mode, WaitForever);
+	LeaseStoreOpen(store, RowExclusiveLock);
+	mine = ClaimOwnRow(store, name, owner, WaitForever, &rows, now);
+	if (mine >= 0)
+	{
+		*row = rows.row[mine];
+		return true;
+	}
+
+	/* The holder finds its lease lost: counted once per token */
+	for (int i = 0; i < rows.count; i++)
+	{
+		if (IsSameHolder(&rows.row[i], owner) &&
+			(lost == NULL || rows.row[i].token > lost->token))
+			lost = &rows.row[i];
+	}
+	if (dlock_stats_counting && lost != NULL)
+		DlockStatsHolderLost(name, lost, *now);
+	NameLockRelease(name, mode);
+	LeaseStoreClose(store);
+	return false;
+}
+
+/*
+ * ForceReleaseAll - end every live lease of a name, for a role that may act
+ * as each holder's role (or end none: 42501); false when none is live
+ *
+ * It decides under DLOCK_SERIAL_LOCKMODE, so no grant made alongside can
+ * write a slot it ends.
+ */
+bool
+ForceReleaseAll(const LeaseName *name)
+{
+	LeaseStore	store;
+	LeaseRows	rows;
+	TimestampTz now;
+	bool		ended = false;
+
+	NameLockAcquire(name, DLOCK_SERIAL_LOCKMODE, WaitForever);
+	LeaseStoreOpen(&store, RowExclusiveLock);
+	LeaseStoreFetchAll(&store, name, &rows);
+	now = GetCurrentTimestamp();
+
+	for (int i = 0; i < rows.count; i++)
+	{
+		const LeaseRow *row = &rows.row[i];
+
+		if (LeaseIsLive(row, now) && !MayActFor(row->holder_role))
+		{
+			char	   *holder = GetUserNameFromId(row->holder_role, true);
+
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to force-release lease \"%.*s\"",
+							name->len, name->data),
+					 errdetail("Only roles with the privileges of role \"%s\" may end its leases.",
+							   holder ? holder : "(dropped role)")));
+		}
+	}
+	for (int i = 0; i < rows.count; i++)
+	{
+		if (!LeaseIsLive(&rows.row[i], now))
+			continue;
+		EndLease(&store, name, &rows.row[i], now, LEASE_END_FORCE_RELEASED);
+		DlockStatsCount(name, DLOCK_STAT_FORCE_RELEASE);
+		ended = true;
+	}
+	if (!ended)
+		NameLockRelease(name, DLOCK_SERIAL_LOCKMODE);
+	LeaseStoreClose(&store);
+	return ended;
+}
