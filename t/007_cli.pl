@@ -440,6 +440,59 @@ note 'run --value publishes a value; watch follows the live lease';
 	is($rc, 64, 'watch without a NAME is a usage error');
 }
 
+note 'watch on a name with several holders waits too';
+{
+	# three shared holders; dlock.watch() compares the newest live token
+	my @tokens = map {
+		$node->safe_psql('postgres', "SELECT token FROM dlock.try_acquire('many', '1h', 'r$_', shared => true)")
+	} 1 .. 3;
+	my ($wout, $werr) = ('', '');
+	my $log_from = -s $node->logfile;
+	# every statement of this watch is logged, under its own application name
+	local $ENV{PGAPPNAME} = 'watch-many';
+	local $ENV{PGOPTIONS} = '-c log_statement=all';
+	my $watch = IPC::Run::start([ $dlock, 'watch', 'many' ], '>', \$wout, '2>', \$werr);
+	my $statements = sub {
+		my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_from);
+		return scalar(() = $log =~ /\] watch-many LOG:  (?:statement|execute)/g);
+	};
+	ok(poll_until(q{SELECT count(*) = 1 FROM dlock.locks WHERE kind = 'watch'}, 10),
+		'watch waits in dlock.watch()');
+	sleep 0.3;
+	$watch->pump_nb;
+	like($wout, qr/^\S+ \S+  token $tokens[2]  owner r3 /, 'it shows the newest of the live leases');
+	my $before = $statements->();
+	sleep 2;
+	my $idle = $statements->() - $before;
+	cmp_ok($idle, '<=', 2, 'and sends (almost) nothing in 2 s while nothing changes')
+	  or diag "$idle statements in 2 s";
+	note "$idle statements in 2 s with nothing changing (after $before to start)";
+	# wait_lines(n): until watch has printed n lines, for at most 5 s
+	my $wait_lines = sub {
+		my ($n) = @_;
+		my $until = time + 5;
+		$watch->pump_nb while (() = $wout =~ /\n/g) < $n && time < $until && sleep 0.05;
+	};
+	my $fourth = $node->safe_psql('postgres',
+		q{SELECT token FROM dlock.try_acquire('many', '1h', 'r4', shared => true)});
+	$wait_lines->(2);
+	$node->safe_psql('postgres', q{SELECT dlock.release('many', 'r4')});
+	$wait_lines->(3);
+	# the older holders go first: the newest live lease stays r3's
+	$node->safe_psql('postgres', "SELECT dlock.release('many', 'r$_')") for 1 .. 3;
+	$wait_lines->(4);
+	sleep 0.3;
+	$watch->signal('INT');
+	$watch->finish;
+	my @lines = split /\n/, $wout;
+	like($lines[1] // '', qr/  token $fourth  owner r4 /, 'a newer holder is a change, and is printed');
+	like($lines[2] // '', qr/  token $tokens[2]  owner r3 /,
+		'so is its release: the newest live lease is r3\'s again');
+	like($lines[3] // '', qr/no live lease$/, 'and the end of the last one');
+	is(scalar(@lines), 4, 'and nothing else: the older holders\' releases change nothing it shows')
+	  or diag $wout;
+}
+
 SKIP:
 {
 	my ($valgrind) = grep { -x } map { "$_/valgrind" } split /:/, $ENV{PATH};
