@@ -4,6 +4,9 @@
 # ends a wait for the lease at once and runs nothing; a signal between fork
 # and exec is not lost; the command stops when dlock is killed; --wait rides
 # out a server that is down at the start or restarts during the wait.
+# watch waits without sending anything, also on a name with several
+# holders; --poll keeps its place in the queue against a later acquire(),
+# and a --poll too long for the ttl to keep it is refused.
 
 use strict;
 use warnings FATAL => 'all';
@@ -505,4 +508,61 @@ SKIP:
 }
 
 $node->stop;
+
+note 'run --poll: the place in the queue outlives every gap between polls';
+{
+	# places in queues need dlock preloaded
+	my $pnode = PostgreSQL::Test::Cluster->new('cli_poll');
+	$pnode->init;
+	$pnode->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
+	$pnode->start;
+	$pnode->safe_psql('postgres', 'CREATE EXTENSION dlock');
+	local $ENV{PGHOST} = $pnode->host;
+	local $ENV{PGPORT} = $pnode->port;
+
+	# the server keeps a place for ttl from each poll; ttl 2 s leaves a
+	# validity of 1.778 s after the drift allowance and the safety margin
+	foreach my $poll ('3s', '2s', '1.9s')
+	{
+		my $ran = "$dir/ran-poll-$poll";
+		($rc, $out, $err) = run_dlock('run', 'polled', '--ttl', '2s', '--poll', $poll, '--', 'touch', $ran);
+		is($rc, 64, "--poll $poll with --ttl 2s: a usage error, 64");
+		like($err, qr/--poll "\Q$poll\E" is too long for --ttl "2s": the server keeps the place in the queue for ttl from each poll/,
+			'and says why');
+		ok(!-e $ran, 'the command was not started');
+	}
+	is($pnode->safe_psql('postgres', q{SELECT count(*) FROM dlock.leases WHERE name = 'polled'}), '0',
+		'nor the lease taken');
+	($rc, $out) = run_dlock('run', 'polled', '--ttl', '2s', '--poll', '1.7s', '--', 'echo', 'ran');
+	is("$rc $out", "0 ran\n", 'a --poll within the validity is accepted');
+
+	$pnode->safe_psql('postgres', q{SELECT dlock.acquire('queued', '1h', 'holder')});
+	my ($pout, $perr) = ('', '');
+	my $poller = IPC::Run::start([ $dlock, 'run', 'queued', '--ttl', '2s', '--poll', '400ms',
+		'--wait', '30s', '-v', '--', 'sh', '-c', 'echo $DLOCK_TOKEN; sleep 0.5' ],
+		'>', \$pout, '2>', \$perr);
+	my $until = time + 10;
+	$poller->pump_nb while $perr !~ /polling again/ && time < $until && sleep 0.05;
+	like($perr, qr/lease "queued" is busy; polling again/, 'the poller has polled: it has a place');
+	my ($late_out, $late_err) = ('', '');
+	my $late = IPC::Run::start([ 'psql', '-XAtq', '-d', 'postgres', '-c',
+		q{SELECT token FROM dlock.acquire('queued', '10s', 'late', timeout => '30s')} ],
+		'>', \$late_out, '2>', \$late_err);
+	$pnode->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE state = 'active' AND query LIKE '%dlock.acquire(''queued'', ''10s'', ''late''%'})
+	  or die 'the later acquire() did not wait';
+	# more than twice the ttl: the place lasts only as long as the polls keep it
+	sleep 5;
+	$pnode->safe_psql('postgres', q{SELECT dlock.release('queued', 'holder')});
+	$poller->finish;
+	$late->finish;
+	is($poller->full_result >> 8, 0, 'the poller got the lease and ran') or diag $perr;
+	chomp $pout;
+	chomp $late_out;
+	like($late_out, qr/^\d+$/, 'the later acquire() got it after the poller') or diag $late_err;
+	cmp_ok($pout, '<', $late_out,
+		'the poller, first in the queue, kept its place over 2.5 ttls against a later acquire()');
+	$pnode->stop;
+}
+
 done_testing();
