@@ -40,6 +40,13 @@
  * code if it answered that the lease is busy.  With the default --wait 0 a
  * server that is down is tried once.
  *
+ * Polling (--poll, behind a transaction pooler): try_acquire(..., queue =>
+ * true) every --poll instead of one waiting acquire().  The server keeps the
+ * poller's place in the queue for ttl from each poll, so a --poll longer
+ * than a lease's validity after a renew (ttl less the drift allowance and
+ * the safety margin) is refused as a usage error: the place would lapse
+ * between polls, and an acquire() that came later would be served first.
+ *
  * Signals before the child starts: SIGINT, SIGTERM, SIGHUP or SIGQUIT while
  * dlock connects or waits end the run at once.  The waiting dlock.acquire is
  * cancelled, and its answer awaited briefly, so that no waiter is left in
@@ -750,6 +757,12 @@ lease_arguments(const RunOptions *opts, char *sql, size_t size,
  * every poll_s until wait_deadline, holding no server connection between
  * polls (behind a transaction pooler); the place in the queue is given up
  * when the wait ends without the lease.  Returns as acquire() does.
+ *
+ * Polls are sent poll_s apart, counted from when the previous one was
+ * sent, so that a slow answer does not stretch the time between them: the
+ * caller has made sure that poll_s keeps the place alive (the server keeps
+ * it for ttl from each poll).  A poll delayed by a lost connection may
+ * find the place lapsed; the poller then takes a new place at the back.
  */
 static int
 acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
@@ -767,6 +780,7 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 			"  FROM dlock.try_acquire($1, $2::interval, $3, $4::interval,"
 			"                         $5::boolean, queue => true";
 		double		sent_at;
+		double		next_poll;
 		PGresult   *res;
 		QueryOutcome outcome;
 
@@ -811,14 +825,17 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 			PQfinish(*conn);
 			*conn = NULL;
 		}
-		if (now_s() + poll_s > wait_deadline)
+		/* from when this poll was sent: the server's ttl started later */
+		next_poll = sent_at + poll_s;
+		if (next_poll > wait_deadline)
 		{
 			info("lease \"%s\" is busy", opts->name);
 			release(conn, opts, lease);		/* gives up the place */
 			return opts->conflict_exit_code;
 		}
-		info("lease \"%s\" is busy; polling again in %.3f s", opts->name, poll_s);
-		if (!sleep_until(now_s() + poll_s))
+		info("lease \"%s\" is busy; polling again in %.3f s", opts->name,
+			 fmax(0, next_poll - now_s()));
+		if (!sleep_until(next_poll))
 			continue;			/* a signal: handled at the top */
 	}
 }
@@ -1014,6 +1031,7 @@ run_command(const RunOptions *opts)
 	PGconn	   *conn;
 	Lease		lease = {0};
 	double		kill_after;
+	double		poll_s = 0;
 	double		kill_at = 0;
 	pid_t		child;
 	int			status = 0;
@@ -1061,10 +1079,30 @@ run_command(const RunOptions *opts)
 		return EXIT_USAGE;
 	}
 
+	/*
+	 * The server keeps a poller's place for ttl from its latest poll: a
+	 * --poll that does not come back within that, by the same reckoning as
+	 * a renew, would let the place lapse between polls, and a later
+	 * acquire() overtake the poller.
+	 */
+	if (opts->poll != NULL)
+	{
+		poll_s = check_duration(conn, "--poll", opts->poll, true);
+		if (poll_s > validity_s(lease.ttl_s, lease.ttl_s))
+		{
+			complain("--poll \"%s\" is too long for --ttl \"%s\": the server keeps the place in "
+					 "the queue for ttl from each poll, so after the drift allowance and the "
+					 "safety margin polls must come at most %.1f ms apart; give a shorter --poll "
+					 "or a longer --ttl",
+					 opts->poll, opts->ttl, validity_s(lease.ttl_s, lease.ttl_s) * 1000);
+			PQfinish(conn);
+			return EXIT_USAGE;
+		}
+	}
+
 	lease.owner = opts->owner != NULL ? strdup(opts->owner) : random_owner();
 	if (opts->poll != NULL)
-		code = acquire_by_polling(&conn, opts, &lease, wait_deadline,
-								  check_duration(conn, "--poll", opts->poll, true));
+		code = acquire_by_polling(&conn, opts, &lease, wait_deadline, poll_s);
 	else
 		code = acquire(&conn, opts, &lease, wait_deadline);
 	if (code != EXIT_OK)

@@ -6,7 +6,14 @@
  * live token changes (a commit that grants or ends the lease, or its
  * expiry on the server's clock), and then reads the lease in a statement
  * of its own, so that what it prints is committed state as of that read.
- * Between changes it sends nothing.  A lost connection is reconnected with
+ * Between changes it sends nothing.
+ *
+ * With several live holders (shared leases, permits) the live token that
+ * dlock.watch() compares is the newest of them, so the read picks that
+ * lease, and the token passed to the next dlock.watch() is the one it
+ * compares: any other one differs from the server's at once, and the
+ * client would call it in a loop.  A holder older than the newest that
+ * comes or goes is therefore no change.  A lost connection is reconnected with
  * backoff; the state is read again then, and printed if it changed, so no
  * change that is still in effect is missed.  SIGINT, SIGTERM and SIGHUP
  * cancel the server's wait and end the command with status 0.
@@ -53,7 +60,7 @@ set_cancel(PGcancel *cancel)
 	PQfreeCancel(old);
 }
 
-/* What the client knows of the live lease */
+/* What the client knows of the live lease (the newest, with several) */
 typedef struct WatchedLease
 {
 	bool		known;			/* read at least once */
@@ -104,8 +111,9 @@ print_lease(const PGresult *res, bool json)
 }
 
 /*
- * read_lease - read the live lease and print it if it differs from what
- * *seen holds; false on a server error (res left in *errres)
+ * read_lease - read the live lease (the newest live one, as dlock.watch()
+ * sees it) and print it if it differs from what *seen holds; false on a
+ * server error (res left in *errres)
  */
 static bool
 read_lease(PGconn *conn, const char *name, bool json, WatchedLease *seen,
@@ -117,7 +125,10 @@ read_lease(PGconn *conn, const char *name, bool json, WatchedLease *seen,
 							  "       l.token::text, l.owner, l.value,"
 							  "       to_char(l.expires_at, 'YYYY-MM-DD HH24:MI:SS.USOF')"
 							  "  FROM (SELECT) one"
-							  "  LEFT JOIN dlock.leases l ON l.name = $1 AND l.state = 'live'",
+							  "  LEFT JOIN (SELECT token, owner, value, expires_at"
+							  "               FROM dlock.leases"
+							  "              WHERE name = $1 AND state = 'live'"
+							  "              ORDER BY token DESC LIMIT 1) l ON true",
 							  1, params);
 	bool		live;
 	const char *token;

@@ -4,6 +4,9 @@
 # ends a wait for the lease at once and runs nothing; a signal between fork
 # and exec is not lost; the command stops when dlock is killed; --wait rides
 # out a server that is down at the start or restarts during the wait.
+# watch waits without sending anything, also on a name with several
+# holders; --poll keeps its place in the queue against a later acquire(),
+# and a --poll too long for the ttl to keep it is refused.
 
 use strict;
 use warnings FATAL => 'all';
@@ -326,10 +329,14 @@ $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHER
   or die 'run did not start';
 $h->signal('KILL');
 $h->finish;
+# the server's clock after the crash: no renew came later
+my $after_crash = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
 is(state_of('crashed'), 'live', 'the lease of a crashed dlock stays until its ttl');
-$node->poll_query_until('postgres', q{SELECT state = 'expired' FROM dlock.leases WHERE name = 'crashed'})
-  or die 'lease did not expire';
-pass('and not longer');
+ok(poll_until(q{SELECT state = 'expired' FROM dlock.leases WHERE name = 'crashed'}, 10),
+	'then it expires');
+is($node->safe_psql('postgres', qq{SELECT expires_at <= '$after_crash'::timestamptz + interval '2s'
+		FROM dlock.leases WHERE name = 'crashed'}),
+	't', 'and not longer: at its ttl from the last renew before the crash');
 $h = IPC::Run::start([ $dlock, 'run', 'bound', '--ttl', '1h', '--session-bound', '--', 'sleep', '30' ]);
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'bound' AND state = 'live'})
   or die 'run did not start';
@@ -400,8 +407,7 @@ note 'run --value publishes a value; watch follows the live lease';
 	my $watch = IPC::Run::start([ $dlock, 'watch', 'leader' ], '>', \$wout, '2>', \$werr);
 	my $wjson_out = '';
 	my $wjson = IPC::Run::start([ $dlock, 'watch', 'leader', '--json' ], '>', \$wjson_out);
-	$node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM pg_locks
-		WHERE locktype = 'advisory' AND objsubid = 17487})
+	$node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM dlock.locks WHERE kind = 'watch'})
 	  or die 'watch did not start';
 	($rc, $out) = run_dlock('run', 'leader', '--owner', 'node-1', '--value', '10.0.0.1:5432',
 		'--', 'sh', '-c', q{psql -XAtc "SELECT value FROM dlock.leases WHERE name = 'leader'"; sleep 0.3});
@@ -437,6 +443,59 @@ note 'run --value publishes a value; watch follows the live lease';
 	is($rc, 64, 'watch without a NAME is a usage error');
 }
 
+note 'watch on a name with several holders waits too';
+{
+	# three shared holders; dlock.watch() compares the newest live token
+	my @tokens = map {
+		$node->safe_psql('postgres', "SELECT token FROM dlock.try_acquire('many', '1h', 'r$_', shared => true)")
+	} 1 .. 3;
+	my ($wout, $werr) = ('', '');
+	my $log_from = -s $node->logfile;
+	# every statement of this watch is logged, under its own application name
+	local $ENV{PGAPPNAME} = 'watch-many';
+	local $ENV{PGOPTIONS} = '-c log_statement=all';
+	my $watch = IPC::Run::start([ $dlock, 'watch', 'many' ], '>', \$wout, '2>', \$werr);
+	my $statements = sub {
+		my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_from);
+		return scalar(() = $log =~ /\] watch-many LOG:  (?:statement|execute)/g);
+	};
+	ok(poll_until(q{SELECT count(*) = 1 FROM dlock.locks WHERE kind = 'watch'}, 10),
+		'watch waits in dlock.watch()');
+	sleep 0.3;
+	$watch->pump_nb;
+	like($wout, qr/^\S+ \S+  token $tokens[2]  owner r3 /, 'it shows the newest of the live leases');
+	my $before = $statements->();
+	sleep 2;
+	my $idle = $statements->() - $before;
+	cmp_ok($idle, '<=', 2, 'and sends (almost) nothing in 2 s while nothing changes')
+	  or diag "$idle statements in 2 s";
+	note "$idle statements in 2 s with nothing changing (after $before to start)";
+	# wait_lines(n): until watch has printed n lines, for at most 5 s
+	my $wait_lines = sub {
+		my ($n) = @_;
+		my $until = time + 5;
+		$watch->pump_nb while (() = $wout =~ /\n/g) < $n && time < $until && sleep 0.05;
+	};
+	my $fourth = $node->safe_psql('postgres',
+		q{SELECT token FROM dlock.try_acquire('many', '1h', 'r4', shared => true)});
+	$wait_lines->(2);
+	$node->safe_psql('postgres', q{SELECT dlock.release('many', 'r4')});
+	$wait_lines->(3);
+	# the older holders go first: the newest live lease stays r3's
+	$node->safe_psql('postgres', "SELECT dlock.release('many', 'r$_')") for 1 .. 3;
+	$wait_lines->(4);
+	sleep 0.3;
+	$watch->signal('INT');
+	$watch->finish;
+	my @lines = split /\n/, $wout;
+	like($lines[1] // '', qr/  token $fourth  owner r4 /, 'a newer holder is a change, and is printed');
+	like($lines[2] // '', qr/  token $tokens[2]  owner r3 /,
+		'so is its release: the newest live lease is r3\'s again');
+	like($lines[3] // '', qr/no live lease$/, 'and the end of the last one');
+	is(scalar(@lines), 4, 'and nothing else: the older holders\' releases change nothing it shows')
+	  or diag $wout;
+}
+
 SKIP:
 {
 	my ($valgrind) = grep { -x } map { "$_/valgrind" } split /:/, $ENV{PATH};
@@ -449,4 +508,61 @@ SKIP:
 }
 
 $node->stop;
+
+note 'run --poll: the place in the queue outlives every gap between polls';
+{
+	# places in queues need dlock preloaded
+	my $pnode = PostgreSQL::Test::Cluster->new('cli_poll');
+	$pnode->init;
+	$pnode->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
+	$pnode->start;
+	$pnode->safe_psql('postgres', 'CREATE EXTENSION dlock');
+	local $ENV{PGHOST} = $pnode->host;
+	local $ENV{PGPORT} = $pnode->port;
+
+	# the server keeps a place for ttl from each poll; ttl 2 s leaves a
+	# validity of 1.778 s after the drift allowance and the safety margin
+	foreach my $poll ('3s', '2s', '1.9s')
+	{
+		my $ran = "$dir/ran-poll-$poll";
+		($rc, $out, $err) = run_dlock('run', 'polled', '--ttl', '2s', '--poll', $poll, '--', 'touch', $ran);
+		is($rc, 64, "--poll $poll with --ttl 2s: a usage error, 64");
+		like($err, qr/--poll "\Q$poll\E" is too long for --ttl "2s": the server keeps the place in the queue for ttl from each poll/,
+			'and says why');
+		ok(!-e $ran, 'the command was not started');
+	}
+	is($pnode->safe_psql('postgres', q{SELECT count(*) FROM dlock.leases WHERE name = 'polled'}), '0',
+		'nor the lease taken');
+	($rc, $out) = run_dlock('run', 'polled', '--ttl', '2s', '--poll', '1.7s', '--', 'echo', 'ran');
+	is("$rc $out", "0 ran\n", 'a --poll within the validity is accepted');
+
+	$pnode->safe_psql('postgres', q{SELECT dlock.acquire('queued', '1h', 'holder')});
+	my ($pout, $perr) = ('', '');
+	my $poller = IPC::Run::start([ $dlock, 'run', 'queued', '--ttl', '2s', '--poll', '400ms',
+		'--wait', '30s', '-v', '--', 'sh', '-c', 'echo $DLOCK_TOKEN; sleep 0.5' ],
+		'>', \$pout, '2>', \$perr);
+	my $until = time + 10;
+	$poller->pump_nb while $perr !~ /polling again/ && time < $until && sleep 0.05;
+	like($perr, qr/lease "queued" is busy; polling again/, 'the poller has polled: it has a place');
+	my ($late_out, $late_err) = ('', '');
+	my $late = IPC::Run::start([ 'psql', '-XAtq', '-d', 'postgres', '-c',
+		q{SELECT token FROM dlock.acquire('queued', '10s', 'late', timeout => '30s')} ],
+		'>', \$late_out, '2>', \$late_err);
+	$pnode->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE state = 'active' AND query LIKE '%dlock.acquire(''queued'', ''10s'', ''late''%'})
+	  or die 'the later acquire() did not wait';
+	# more than twice the ttl: the place lasts only as long as the polls keep it
+	sleep 5;
+	$pnode->safe_psql('postgres', q{SELECT dlock.release('queued', 'holder')});
+	$poller->finish;
+	$late->finish;
+	is($poller->full_result >> 8, 0, 'the poller got the lease and ran') or diag $perr;
+	chomp $pout;
+	chomp $late_out;
+	like($late_out, qr/^\d+$/, 'the later acquire() got it after the poller') or diag $late_err;
+	cmp_ok($pout, '<', $late_out,
+		'the poller, first in the queue, kept its place over 2.5 ttls against a later acquire()');
+	$pnode->stop;
+}
+
 done_testing();
