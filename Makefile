@@ -51,6 +51,9 @@ endif
 
 include $(PGXS)
 
+# The TAP tests' shared module, test/perl/DlockTest.pm
+PG_PROVE_FLAGS += -I test/perl
+
 # Every module includes the shared headers: a change to them rebuilds all
 $(OBJS): src/dlock.h src/dlock_compat.h src/test_hooks.h
 

@@ -67,8 +67,7 @@ EXCEPTION WHEN lock_not_available THEN
   RAISE NOTICE 'caught %', SQLSTATE;
 END $$;
 SELECT count(*) AS rows_of_g FROM dlock.lease_state WHERE name = 'set:g';
-SELECT count(*) AS dlock_locks_left FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17487 AND pid = pg_backend_pid();
+SELECT count(*) AS dlock_locks_left FROM dlock.locks WHERE pid = pg_backend_pid();
 -- free names: granted at once
 SELECT count(*) AS granted, count(DISTINCT token) AS tokens
   FROM dlock.acquire_all(ARRAY['set:h1', 'set:h2'], '1h', 'w2', '1s');
@@ -132,16 +131,14 @@ SELECT clock_timestamp() AS t0 \gset
 SELECT dlock.watch('set:expiring', :x_token, '30s') IS NULL AS expired;
 SELECT clock_timestamp() - :'t0' BETWEEN '250ms' AND '2s' AS at_the_expiry;
 -- nothing is left behind
-SELECT count(*) AS dlock_locks_left FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17487 AND pid = pg_backend_pid();
+SELECT count(*) AS dlock_locks_left FROM dlock.locks WHERE pid = pg_backend_pid();
 -- a watch cancelled in a savepoint leaves nothing in the transaction
 BEGIN;
 SAVEPOINT s;
 SET LOCAL statement_timeout = '100ms';
 SELECT dlock.watch('set:leader', :w_token);
 ROLLBACK TO s;
-SELECT count(*) AS dlock_locks_left FROM pg_locks
- WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17487 AND pid = pg_backend_pid();
+SELECT count(*) AS dlock_locks_left FROM dlock.locks WHERE pid = pg_backend_pid();
 COMMIT;
 
 DELETE FROM dlock.lease_state WHERE name LIKE 'set:%';

@@ -11,14 +11,13 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest qw(psql_script background_query locks_left);
 
 my $node = PostgreSQL::Test::Cluster->new('crash');
 $node->init;
 $node->append_conf('postgresql.conf', "restart_after_crash = on\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
-
-my $dlock_locks = q{SELECT count(*) FROM dlock.locks};
 
 note 'load, then pg_ctl stop -m immediate';
 
@@ -45,13 +44,8 @@ foreach my $c (1 .. $clients)
 		  : $kind eq 'R' ? "SELECT 'R', name, token, expires_at FROM dlock.renew('$name', 'c$c', '2h');\n"
 		  : "SELECT 'X', '$name', dlock.release('$name', 'c$c');\n";
 	}
-	my $file = $node->basedir . "/client$c.sql";
-	PostgreSQL::Test::Utils::append_to_file($file, "\\set ON_ERROR_STOP 1\n$sql");
 	push @ops, \@list;
-	$out[$c] = '';
-	push @harness, IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-q', '-f', $file, '-d', $node->connstr('postgres') ],
-		'>', \$out[$c], '2>', \my $err);
+	push @harness, psql_script($node, "client$c", "\\set ON_ERROR_STOP 1\n$sql", \$out[$c]);
 }
 
 # Let the load run, then crash the server in the middle of it
@@ -146,10 +140,7 @@ my $kept = $node->safe_psql('postgres',
 my $holder = $node->background_psql('postgres');
 $holder->query_safe(q{BEGIN; SELECT dlock.acquire('k', '1h', 'h')});
 my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
-my $waiter = $node->background_psql('postgres');
-$waiter->query_until(qr/started/, qq{\\echo started
-SELECT dlock.acquire('k', '1h', 'w');
-});
+my $waiter = background_query($node, q{SELECT dlock.acquire('k', '1h', 'w');});
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
 	WHERE query LIKE '%dlock.acquire(''k''%' AND wait_event_type = 'Lock'})
   or die 'waiter did not wait';
@@ -163,15 +154,12 @@ is($node->safe_psql('postgres',
 	$kept, 'a lease committed before the crash survives it');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state WHERE name = 'k'}),
 	'0', 'the killed holder\'s uncommitted grant is gone');
-is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left locked after the crash');
+is(locks_left($node), '', 'nothing is left locked after the crash');
 is($node->safe_psql('postgres', q{SELECT owner FROM dlock.acquire('k', '1h', 'w', timeout => '5s')}),
 	'w', 'the waiter, retrying, is granted at once');
 
 note 'kill -9 of a waiter backend';
-my $waiter2 = $node->background_psql('postgres');
-$waiter2->query_until(qr/started/, qq{\\echo started
-SELECT dlock.acquire('k', '1h', 'w2');
-});
+my $waiter2 = background_query($node, q{SELECT dlock.acquire('k', '1h', 'w2');});
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
 	WHERE query LIKE '%dlock.acquire(''k''%' AND state = 'active'
 	  AND wait_event_type IN ('Lock', 'Extension')})
@@ -186,7 +174,7 @@ eval { $waiter2->quit };
 is($node->safe_psql('postgres',
 	q{SELECT owner || ' ' || token || ' ' || expires_at FROM dlock.lease_state WHERE name = 'k'}),
 	$k_before, 'the holder\'s lease is untouched by the killed waiter');
-is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left locked');
+is(locks_left($node), '', 'nothing is left locked');
 is($node->safe_psql('postgres', q{SELECT dlock.release('k', 'w')}), 't', 'the holder releases');
 is($node->safe_psql('postgres', q{SELECT owner FROM dlock.acquire('k', '1h', 'w3', timeout => '5s')}),
 	'w3', 'a new waiter is granted at once');

@@ -1,13 +1,23 @@
-# Bad input, at random: a few thousand calls of every dlock function with
-# arguments of every shape (NULLs anywhere, names and owners of every length
-# and byte, durations of every sign, unit and size, tokens of every size),
-# mixed with valid calls so that leases exist and change, from a superuser
-# and two unprivileged roles, some in read-only transactions.  It proves that
-# the server never crashes, that every error dlock raises has a documented
-# SQLSTATE (the one the documented rules give for bad input), that input
-# literals PostgreSQL itself rejects never reach dlock, and that a failed
-# call, or one that grants or ends nothing, leaves the lease table, the
-# token counter and the session's locks as they were.
+# Bad input, at random: a few thousand calls of every function of dlock 1.1
+# (try_acquire and acquire with every argument: value, queue, shared,
+# max_holders, session_bound; renew with value; release, force_release,
+# fence, holder_alive; the set functions; watch; purge; name_key, the
+# statistics and lease_states; dlock.holder's input and output functions,
+# operators, support functions and casts; reads of the views) with
+# arguments of every shape (NULLs anywhere, names, owners and values of
+# every length and byte, name arrays empty, too long, of two dimensions or
+# with NULLs, durations of every sign, unit and size, tokens, limits and
+# OIDs of every size, role names quoted, qualified or unknown), mixed with
+# valid calls so that leases of every kind exist and change, from a
+# superuser and two unprivileged roles, some in read-only transactions.  It
+# proves that the server never crashes, that no call raises an internal
+# error (XX000), that every error dlock raises has a documented SQLSTATE
+# (the one the documented rules give for bad input), that input literals
+# PostgreSQL itself rejects never reach dlock, that a failed call, or one
+# that grants or ends nothing, leaves the lease table, the token counter and
+# the session's locks (every space of dlock.locks) as they were, and that
+# once the sessions are gone nothing is left in dlock.locks.  dlock is
+# preloaded, for queue places and statistics.
 #
 # DLOCK_FUZZ_SEED picks the random seed (printed at the start) and
 # DLOCK_FUZZ_CALLS the number of calls.  The same seed gives the same calls,
@@ -24,6 +34,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use DlockTest qw(locks_left);
 
 my $seed = $ENV{DLOCK_FUZZ_SEED} // 5150;
 my $ncalls = $ENV{DLOCK_FUZZ_CALLS} // 4000;
@@ -34,8 +45,11 @@ note "random seed $seed (replay with DLOCK_FUZZ_SEED=$seed), $ncalls calls";
 
 my $node = PostgreSQL::Test::Cluster->new('fuzz');
 $node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
-# The calls carry names of up to 100 kB: do not log every statement
-$node->append_conf('postgresql.conf', "log_statement = none\n");
+# The calls carry names of up to 100 kB: do not log every statement.
+# Preloaded: queue places and statistics need it.
+$node->append_conf('postgresql.conf', qq{log_statement = none
+shared_preload_libraries = 'dlock'
+});
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 
@@ -47,8 +61,8 @@ note "dlock.max_ttl is $max_ttl_s s";
 
 # The harness, in schema fuzz:
 #  * fuzz.snap(): what a failed call must leave alone: a checksum of the lease
-#    table, the token counter, and this backend's locks in dlock's spaces
-#    (read as the superuser that owns it, for any caller);
+#    table, the token counter, and this backend's locks in dlock.locks (every
+#    lock space), read as the superuser that owns it, for any caller;
 #  * fuzz.expect(): the SQLSTATE the documented rules give for the arguments
 #    (README, Errors and Limits), or 'ok' when they are acceptable;
 #  * fuzz.call(): casts the argument literals (an error there is PostgreSQL's
@@ -57,7 +71,7 @@ note "dlock.max_ttl is $max_ttl_s s";
 #      seq|phase|outcome|expected|changed|result|rule|message (hex)
 #    changed lists what differs after the call: T (table), C (counter),
 #    L (locks); rule names a broken rule of a lease that came back (its
-#    name, owner and token).
+#    name, owner and token) or of a set (one token for all its names).
 # The arguments travel as text literals and reach dlock as typed parameters
 # of an EXECUTE, so no byte of a name can change the statement.
 $node->safe_psql('postgres', qq{
@@ -68,20 +82,20 @@ GRANT USAGE ON SCHEMA fuzz TO PUBLIC;
 
 CREATE FUNCTION fuzz.snap(OUT tbl text, OUT counter bigint, OUT called boolean, OUT locks text)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS \$\$
-  SELECT (SELECT coalesce(md5(string_agg(s::text, E'\\n' ORDER BY s.name)), '')
+  SELECT (SELECT coalesce(md5(string_agg(s::text, E'\\n' ORDER BY s.name, s.slot)), '')
             FROM dlock.lease_state s),
          q.last_value, q.is_called,
-         (SELECT coalesce(string_agg(k, ' ' ORDER BY k), '')
-            FROM (SELECT l.objsubid || '/' || l.classid || '/' || l.objid || '/' || l.mode AS k
-                    FROM pg_locks l
-                   WHERE l.locktype = 'advisory' AND l.objsubid BETWEEN 17484 AND 17487
-                     AND l.pid = pg_backend_pid() AND l.granted) k)
+         (SELECT coalesce(md5(string_agg(k, E'\\n' ORDER BY k)), '')
+            FROM (SELECT l.kind || '/' || coalesce(l.name, '') || '/' || coalesce(l.token::text, '')
+                         || '/' || l.mode AS k
+                    FROM dlock.locks l
+                   WHERE l.pid = pg_backend_pid() AND l.granted) k)
     FROM dlock.token_seq q
 \$\$;
 
-CREATE FUNCTION fuzz.name_token(n text) RETURNS bigint
+CREATE FUNCTION fuzz.name_tokens(n text) RETURNS bigint[]
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS \$\$
-  SELECT token FROM dlock.lease_state WHERE name = n
+  SELECT coalesce(array_agg(token), '{}') FROM dlock.lease_state WHERE name = n
 \$\$;
 
 -- NULL when a duration is acceptable: finite, no month part, not negative
@@ -104,18 +118,71 @@ LANGUAGE sql IMMUTABLE AS \$\$
   SELECT CASE WHEN t IS NULL OR octet_length(t) BETWEEN 1 AND max_bytes THEN NULL ELSE '22023' END
 \$\$;
 
+-- The names array of the *_all functions: NULL, more than one dimension,
+-- empty, more than 64 elements, then each element in order
+CREATE FUNCTION fuzz.names_error(names text[]) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS \$\$
+DECLARE
+  n text;
+BEGIN
+  IF names IS NULL THEN RETURN '22004'; END IF;
+  IF array_ndims(names) > 1 THEN RETURN '22023'; END IF;
+  IF coalesce(cardinality(names), 0) = 0 OR cardinality(names) > 64 THEN RETURN '22023'; END IF;
+  FOREACH n IN ARRAY names LOOP
+    IF n IS NULL THEN RETURN '22004'; END IF;
+    IF fuzz.text_error(n, 1024) IS NOT NULL THEN RETURN '22023'; END IF;
+  END LOOP;
+  RETURN NULL;
+END \$\$;
+
 CREATE FUNCTION fuzz.expect(fn text, p_name text, ttl interval, p_owner text,
-                            timeout interval, delay interval, bound boolean, token bigint)
+                            timeout interval, delay interval, bound boolean, token bigint,
+                            p_value text, queue boolean, shared boolean, max_holders int,
+                            names text[], older_than interval)
 RETURNS text LANGUAGE plpgsql STABLE AS \$\$
 DECLARE
   e text;
+  ro boolean := current_setting('transaction_read_only')::boolean;
 BEGIN
-  IF fn = 'holder_alive' THEN RETURN 'ok'; END IF;   -- STRICT: NULL gives NULL
+  -- STRICT, or no arguments dlock checks: NULL gives NULL
+  IF fn IN ('holder_alive', 'name_key', 'stats', 'lease_states', 'views', 'holder') THEN
+    RETURN 'ok';
+  END IF;
+  IF fn = 'stats_reset' THEN
+    RETURN CASE WHEN (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN 'ok' ELSE '42501' END;
+  END IF;
+  IF fn = 'purge' THEN
+    IF older_than IS NULL THEN RETURN '22004'; END IF;
+    e := fuzz.span_error(older_than, true, false);
+    IF e IS NOT NULL THEN RETURN e; END IF;
+    IF NOT pg_has_role(current_user, (SELECT datdba FROM pg_database WHERE datname = current_database()),
+                       'USAGE') THEN
+      RETURN '42501';
+    END IF;
+    RETURN CASE WHEN ro THEN '25006' ELSE 'ok' END;
+  END IF;
+  IF fn IN ('try_acquire_all', 'acquire_all', 'release_all') THEN
+    e := fuzz.names_error(names);
+    IF e IS NOT NULL THEN RETURN e; END IF;
+    IF fn = 'release_all' THEN
+      IF p_owner IS NULL THEN RETURN '22004'; END IF;
+      e := fuzz.text_error(p_owner, 256);
+    ELSE
+      IF ttl IS NULL THEN RETURN '22004'; END IF;
+      e := coalesce(fuzz.span_error(ttl, false, true), fuzz.text_error(p_owner, 256));
+      IF e IS NULL AND fn = 'acquire_all' THEN e := fuzz.span_error(timeout, true, false); END IF;
+    END IF;
+    IF e IS NOT NULL THEN RETURN e; END IF;
+    RETURN CASE WHEN ro THEN '25006' ELSE 'ok' END;
+  END IF;
   IF p_name IS NULL THEN RETURN '22004'; END IF;
   e := fuzz.text_error(p_name, 1024);
   IF e IS NOT NULL THEN RETURN e; END IF;
   IF fn = 'fence' THEN
     RETURN CASE WHEN token IS NULL THEN '22004' ELSE 'ok' END;
+  END IF;
+  IF fn = 'watch' THEN
+    RETURN coalesce(fuzz.span_error(timeout, true, false), 'ok');
   END IF;
   IF fn IN ('try_acquire', 'acquire') THEN
     IF ttl IS NULL THEN RETURN '22004'; END IF;
@@ -124,6 +191,10 @@ BEGIN
                   fuzz.span_error(delay, true, true));
     IF e IS NOT NULL THEN RETURN e; END IF;
     IF bound IS NULL THEN RETURN '22004'; END IF;
+    IF octet_length(p_value) > 1024 THEN RETURN '22023'; END IF;
+    IF fn = 'try_acquire' AND queue IS NULL THEN RETURN '22004'; END IF;
+    IF shared IS NULL OR max_holders IS NULL THEN RETURN '22004'; END IF;
+    IF max_holders NOT BETWEEN 1 AND 1000 OR (shared AND max_holders > 1) THEN RETURN '22023'; END IF;
     IF fn = 'acquire' THEN
       e := fuzz.span_error(timeout, true, false);
       IF e IS NOT NULL THEN RETURN e; END IF;
@@ -136,9 +207,10 @@ BEGIN
       IF ttl IS NULL THEN RETURN '22004'; END IF;
       e := fuzz.span_error(ttl, false, true);
       IF e IS NOT NULL THEN RETURN e; END IF;
+      IF octet_length(p_value) > 1024 THEN RETURN '22023'; END IF;
     END IF;
   END IF;
-  IF current_setting('transaction_read_only')::boolean THEN RETURN '25006'; END IF;
+  IF ro THEN RETURN '25006'; END IF;
   RETURN 'ok';
 END \$\$;
 
@@ -146,23 +218,35 @@ CREATE FUNCTION fuzz.hex(t text) RETURNS text LANGUAGE sql IMMUTABLE AS \$\$
   SELECT encode(convert_to(t, 'UTF8'), 'hex')
 \$\$;
 
-CREATE FUNCTION fuzz.call(seq int, fn text, stmt text, p_name text, p_ttl text, p_owner text,
-                          p_timeout text, p_delay text, p_bound text, p_token text)
+-- p_lits: the argument literals, in the order of the placeholders \$1 ...
+-- \$16 (see %placeholder below)
+CREATE FUNCTION fuzz.call(seq int, fn text, stmt text, p_lits text[])
 RETURNS text LANGUAGE plpgsql AS \$\$
 DECLARE
+  p_name text := p_lits[1];
+  p_owner text := p_lits[3];
+  p_value text := p_lits[8];
+  p_holder text := p_lits[14];
+  p_holder2 text := p_lits[15];
   v_ttl interval;
   v_timeout interval;
   v_delay interval;
   v_bound boolean;
   v_token bigint;
+  v_queue boolean;
+  v_shared boolean;
+  v_max int;
+  v_names text[];
+  v_older interval;
+  v_oid oid;
   expected text;
   b record;
   a record;
-  tok_before bigint;
+  tok_before bigint[];
   r_token bigint;
   r_owner text;
   r_name text;
-  r_bool boolean;
+  r_text text;
   result text;
   outcome text := 'ok';
   msg text;
@@ -170,30 +254,39 @@ DECLARE
   rule text;
 BEGIN
   BEGIN
-    v_ttl := p_ttl::interval;
-    v_timeout := p_timeout::interval;
-    v_delay := p_delay::interval;
-    v_bound := p_bound::boolean;
-    v_token := p_token::bigint;
+    v_ttl := p_lits[2]::interval;
+    v_timeout := p_lits[4]::interval;
+    v_delay := p_lits[5]::interval;
+    v_bound := p_lits[6]::boolean;
+    v_token := p_lits[7]::bigint;
+    v_queue := p_lits[9]::boolean;
+    v_shared := p_lits[10]::boolean;
+    v_max := p_lits[11]::int;
+    v_names := p_lits[12]::text[];
+    v_older := p_lits[13]::interval;
+    v_oid := p_lits[16]::oid;
   EXCEPTION WHEN OTHERS THEN
     RETURN format('%s|input|%s||||||%s', seq, SQLSTATE, fuzz.hex(left(SQLERRM, 200)));
   END;
 
-  expected := fuzz.expect(fn, p_name, v_ttl, p_owner, v_timeout, v_delay, v_bound, v_token);
+  expected := fuzz.expect(fn, p_name, v_ttl, p_owner, v_timeout, v_delay, v_bound, v_token,
+                          p_value, v_queue, v_shared, v_max, v_names, v_older);
   IF fn IN ('try_acquire', 'acquire', 'renew') AND octet_length(p_name) BETWEEN 1 AND 1024 THEN
-    tok_before := fuzz.name_token(p_name);
+    tok_before := fuzz.name_tokens(p_name);
   END IF;
   SELECT * INTO b FROM fuzz.snap();
   BEGIN
     IF fn IN ('try_acquire', 'acquire', 'renew') THEN
       EXECUTE stmt INTO r_token, r_owner, r_name
-        USING p_name, v_ttl, p_owner, v_timeout, v_delay, v_bound, v_token;
+        USING p_name, v_ttl, p_owner, v_timeout, v_delay, v_bound, v_token, p_value,
+              v_queue, v_shared, v_max, v_names, v_older, p_holder, p_holder2, v_oid;
       result := CASE WHEN r_token IS NULL THEN 'null'
                      ELSE r_token || ':' || fuzz.hex(r_owner) END;
     ELSE
-      EXECUTE stmt INTO r_bool
-        USING p_name, v_ttl, p_owner, v_timeout, v_delay, v_bound, v_token;
-      result := coalesce(r_bool::text, 'null');
+      EXECUTE stmt INTO r_text
+        USING p_name, v_ttl, p_owner, v_timeout, v_delay, v_bound, v_token, p_value,
+              v_queue, v_shared, v_max, v_names, v_older, p_holder, p_holder2, v_oid;
+      result := coalesce(translate(r_text, E'|\\n\\r', '???'), 'null');
     END IF;
   EXCEPTION WHEN OTHERS THEN
     outcome := SQLSTATE;
@@ -210,19 +303,24 @@ BEGIN
   IF r_token IS NOT NULL THEN
     IF r_name IS DISTINCT FROM p_name THEN
       rule := 'the lease has another name';
-    ELSIF fuzz.name_token(p_name) IS DISTINCT FROM r_token THEN
+    ELSIF NOT r_token = ANY (fuzz.name_tokens(p_name)) THEN
       rule := 'the name does not hold the token returned';
     ELSIF p_owner IS NOT NULL AND r_owner IS DISTINCT FROM p_owner THEN
       rule := 'the lease has another owner';
     ELSIF p_owner IS NULL AND fn <> 'renew' AND r_owner !~ '^[0-9a-f]{32}\$' THEN
       rule := 'a generated owner is not 32 hex digits';
     ELSIF position('C' IN changed) = 0 THEN
-      IF r_token IS DISTINCT FROM tok_before THEN rule := 'token not kept'; END IF;
+      IF NOT r_token = ANY (tok_before) THEN rule := 'token not kept'; END IF;
     ELSIF fn = 'renew' THEN
       rule := 'renew drew a token';
     ELSIF NOT (a.called AND r_token = a.counter AND (NOT b.called OR r_token > b.counter)) THEN
       rule := 'token is not the next one';
     END IF;
+  END IF;
+  -- A set comes back as rows:distinct tokens:token:owner (hex), all under
+  -- one token
+  IF fn IN ('try_acquire_all', 'acquire_all') AND outcome = 'ok' AND split_part(result, ':', 2)::int > 1 THEN
+    rule := 'a set has more than one token';
   END IF;
   RETURN format('%s|call|%s|%s|%s|%s|%s|%s', seq, outcome, expected, changed, result, rule, msg);
 END \$\$;
@@ -501,34 +599,151 @@ sub gen_token
 		[ 10, sub { any_of(@unparsable_tokens) } ]);
 }
 
+# Arguments of version 1.1: values, the kind of lease, queue places, name
+# arrays, purge's older_than, and role names and OIDs for dlock.holder
+sub gen_value
+{
+	return choose(
+		[ 30, undef ],
+		[ 5, '' ],
+		[ 25, sub { any_of('10.0.0.1:5432', 'leader', "h\x{e9}te", q{v'al"ue}, "\x{1f600}") } ],
+		[ 20, sub { edge_text(1024) } ],
+		[ 15, sub { rand_text(1 + int(rand(60)), rand_kind()) } ],
+		[ 5, sub { text_of_bytes(1025 + int(rand(3000))) } ]);
+}
+
+sub gen_flag
+{
+	return choose([ 50, 'false' ], [ 30, 'true' ], [ 10, undef ],
+		[ 7, sub { any_of('on', 'off', 't', '0', ' yes ') } ], [ 3, sub { any_of('maybe', '', '2') } ]);
+}
+
+sub gen_max_holders
+{
+	return choose(
+		[ 30, '1' ],
+		[ 35, sub { any_of('2', '3', '5') } ],
+		[ 5, undef ],
+		[ 15, sub { any_of('0', '-1', '1000', '1001', '2147483647', '-2147483648', ' 3 ', '+2') } ],
+		[ 5, sub { any_of('2147483648', '1.5', 'abc', '', '3e2') } ]);
+}
+
+# An element of a names array in array-literal syntax
+sub array_element
+{
+	my ($s) = @_;
+	return 'NULL' unless defined $s;
+	(my $e = $s) =~ s/(["\\])/\\$1/g;
+	return "\"$e\"";
+}
+
+# A names array literal: one of the hot names, fresh names, random ones,
+# NULL elements, duplicates, empty, too many, two dimensions, bad syntax
+sub gen_names
+{
+	my ($fresh_only) = @_;
+	my $pick = $fresh_only ? \&fresh_name : sub { choose([ 60, sub { any_of(@hot_names) } ],
+			[ 15, sub { my $p = pool_entry(); $p ? $p->{name} : 'job:1' } ],
+			[ 15, \&fresh_name ], [ 6, \&random_name ], [ 4, undef ]) };
+	return choose(
+		[ 70, sub { [ map { $pick->() } 1 .. 1 + int(rand(5)) ] } ],
+		[ 6, sub { my $n = $pick->() // 'x'; [ $n, $n, $pick->() ] } ],
+		[ 6, sub { [ map { $pick->() } 1 .. 60 + int(rand(10)) ] } ],
+		[ 5, undef ],
+		[ 5, '{}' ],
+		[ 4, sub { '{{' . join(',', map { array_element($pick->()) } 1 .. 2) . '},{'
+			  . join(',', map { array_element($pick->()) } 1 .. 2) . '}}' } ],
+		[ 4, sub { any_of('{a', 'x', '{"a}', '{a,b}}', '[1:2]={a,b}', '{{a},{b,c}}') } ]);
+}
+
+# A names array as the literal that travels: array-literal text
+sub names_literal
+{
+	my ($names) = @_;
+	return $names if !defined $names || !ref $names;
+	return '{' . join(',', map { array_element($_) } @$names) . '}';
+}
+
+sub gen_older_than
+{
+	return choose([ 30, sub { any_of('0', '1 ms', '1 s', '1 hour', '1 day', '00:00:00.5') } ],
+		[ 5, undef ], [ 20, sub { any_of(@bad_spans) } ], [ 5, sub { any_of(@unparsable_spans) } ],
+		[ 5, sub { any_of('106751991 days', '2147483647 days 2562047788 hours') } ]);
+}
+
+# Role names as dlock.holder reads them: real roles, quoted, qualified,
+# unknown, empty, the no-role dash, long and odd ones
+sub gen_holder
+{
+	return choose(
+		[ 25, sub { any_of('fuzz_a', 'fuzz_b', 'postgres', 'pg_monitor', '-', 'FUZZ_A', '"fuzz_a"') } ],
+		[ 20, sub { any_of('', ' ', '"', '""', '"a""b"', 'a.b', '"a.b"', '.', 'a b', '-x',
+					'"unterminated', "tab\tx", 'public', 'x' x 70, '"' . ('y' x 70) . '"') } ],
+		[ 15, sub { rand_text(1 + int(rand(20)), rand_kind()) } ],
+		[ 5, undef ]);
+}
+
+sub gen_oid
+{
+	return choose([ 40, sub { any_of('0', '10', '1', '4294967295', '3373') } ],
+		[ 20, sub { int(rand(20000)) } ], [ 5, undef ],
+		[ 5, sub { any_of('-1', '4294967296', 'abc', '') } ]);
+}
+
 # ---------------------------------------------------------------------------
 # Calls
 # ---------------------------------------------------------------------------
 
 # The placeholder of each argument in fuzz.call's USING list
 my %placeholder = (name => 1, ttl => 2, owner => 3, timeout => 4,
-	lock_delay => 5, session_bound => 6, token => 7);
+	lock_delay => 5, session_bound => 6, token => 7, value => 8, queue => 9,
+	shared => 10, max_holders => 11, names => 12, older_than => 13,
+	holder => 14, holder2 => 15, oid => 16);
 my %cast = (1 => 'text', 2 => 'interval', 3 => 'text', 4 => 'interval',
-	5 => 'interval', 6 => 'boolean', 7 => 'bigint');
-# Parameters of each function, and how many are required
+	5 => 'interval', 6 => 'boolean', 7 => 'bigint', 8 => 'text', 9 => 'boolean',
+	10 => 'boolean', 11 => 'integer', 12 => 'text[]', 13 => 'interval',
+	14 => 'text', 15 => 'text', 16 => 'oid');
+my @param_order = sort { $placeholder{$a} <=> $placeholder{$b} } keys %placeholder;
+# Parameters of each function, and how many are required.  holder stands
+# for dlock.holder's input and output functions, operators, support
+# functions and casts; views for reading dlock.leases, dlock.locks and
+# dlock.stats.
 my %signature = (
-	try_acquire => [ 2, qw(name ttl owner lock_delay session_bound) ],
-	acquire => [ 2, qw(name ttl owner timeout lock_delay session_bound) ],
-	renew => [ 3, qw(name owner ttl) ],
+	try_acquire => [ 2, qw(name ttl owner lock_delay session_bound value queue shared max_holders) ],
+	acquire => [ 2, qw(name ttl owner timeout lock_delay session_bound value shared max_holders) ],
+	renew => [ 3, qw(name owner ttl value) ],
 	release => [ 2, qw(name owner) ],
 	force_release => [ 1, qw(name) ],
 	fence => [ 2, qw(name token) ],
-	holder_alive => [ 1, qw(token) ]);
-my %returns_lease = (try_acquire => 1, acquire => 1, renew => 1);
+	holder_alive => [ 1, qw(token) ],
+	try_acquire_all => [ 2, qw(names ttl owner) ],
+	acquire_all => [ 2, qw(names ttl owner timeout) ],
+	release_all => [ 2, qw(names owner) ],
+	watch => [ 2, qw(name token timeout) ],
+	purge => [ 0, qw(older_than) ],
+	name_key => [ 1, qw(name) ],
+	stats => [ 0 ],
+	stats_reset => [ 0 ],
+	lease_states => [ 0 ],
+	views => [ 0, qw(name) ],
+	holder => [ 0, qw(holder holder2 oid) ]);
+my %returns = (try_acquire => 'lease', acquire => 'lease', renew => 'lease',
+	try_acquire_all => 'set', acquire_all => 'set');
 # What an omitted optional argument means
 my %default = (owner => undef, timeout => undef, lock_delay => undef,
-	session_bound => 'false');
+	session_bound => 'false', value => undef, queue => 'false', shared => 'false',
+	max_holders => '1', older_than => '1 day');
 
 # The statement: positional, named or mixed notation; a lease either from
-# FROM or from the select list
+# FROM or from the select list; a set as rows:tokens:token:owner
 sub statement
 {
 	my ($fn, $given) = @_;
+	return holder_statement() if $fn eq 'holder';
+	return views_statement() if $fn eq 'views';
+	return 'SELECT count(*)::text FROM dlock.stats()' if $fn eq 'stats';
+	return 'SELECT dlock.stats_reset()::text' if $fn eq 'stats_reset';
+	return 'SELECT count(*)::text FROM dlock.lease_states()' if $fn eq 'lease_states';
 	my ($nreq, @params) = @{ $signature{$fn} };
 	my @args;
 	my $style = choose([ 5, 'positional' ], [ 3, 'named' ], [ 2, 'mixed' ]);
@@ -542,7 +757,7 @@ sub statement
 	}
 	else
 	{
-		my $npos = $style eq 'mixed' ? 1 + int(rand($nreq)) : 0;
+		my $npos = $style eq 'mixed' && $nreq > 0 ? 1 + int(rand($nreq)) : 0;
 		my @named = grep { $given->{$_} } @params[ $npos .. $#params ];
 		foreach my $i (reverse 1 .. $#named)
 		{
@@ -554,19 +769,64 @@ sub statement
 		$given->{$_} = 1 foreach @params[ 0 .. $npos - 1 ];
 	}
 	my $call = "dlock.$fn(" . join(', ', @args) . ')';
-	return "SELECT $call" unless $returns_lease{$fn};
+	my $kind = $returns{$fn} // 'text';
+	return "SELECT ($call)::text" if $kind eq 'text';
+	return "SELECT count(*) || ':' || count(DISTINCT token) || ':' || coalesce(min(token)::text, '')"
+	  . " || ':' || coalesce(fuzz.hex(min(owner)), '') FROM $call" if $kind eq 'set';
 	return choose(
 		[ 1, "SELECT token, owner, name FROM $call" ],
 		[ 1, "SELECT (l).token, (l).owner, (l).name FROM (SELECT $call AS l OFFSET 0) s" ]);
 }
 
-# One call: function, statement and the seven argument literals
+# dlock.holder: text in through holder_in, out through holder_out, the
+# comparison operators and support functions, and the casts
+sub holder_statement
+{
+	my $h1 = any_of('dlock.holder_in($14::cstring)', '$14::dlock.holder');
+	my $h2 = any_of('dlock.holder_in($15::cstring)', '$15::dlock.holder', '$16::dlock.holder');
+	return 'SELECT ' . any_of(
+		"dlock.holder_out($h1)::text",
+		"${h1}::text",
+		"${h1}::oid::text",
+		"${h1}::regrole::text",
+		'$16::oid::dlock.holder::text',
+		'$16::regrole::dlock.holder::text',
+		"dlock.holder_cmp($h1, $h2)::text",
+		"dlock.holder_hash($h1)::text",
+		"dlock.holder_eq($h1, $h2)::text",
+		"dlock.holder_ne($h1, $h2)::text",
+		"dlock.holder_lt($h1, $h2)::text",
+		"dlock.holder_le($h1, $h2)::text",
+		"dlock.holder_gt($h1, $h2)::text",
+		"dlock.holder_ge($h1, $h2)::text",
+		"($h1 OPERATOR(dlock.=) $h2)::text",
+		"($h1 OPERATOR(dlock.<>) $h2)::text",
+		"($h1 OPERATOR(dlock.<) $h2)::text",
+		"($h1 OPERATOR(dlock.>=) $h2)::text",
+		"(SELECT count(DISTINCT h)::text FROM (VALUES ($h1), ($h2), ($h1)) v(h))",
+		"(SELECT string_agg(h::text, ',' ORDER BY h) FROM (VALUES ($h1), ($h2)) v(h))");
+}
+
+sub views_statement
+{
+	return 'SELECT ' . any_of(
+		'(SELECT count(*)::text FROM dlock.leases WHERE name = $1)',
+		'(SELECT string_agg(state || coalesce(value, \'\'), \',\') FROM dlock.leases WHERE name = $1)',
+		'(SELECT count(*)::text FROM dlock.locks WHERE name = $1 OR name IS NULL)',
+		'(SELECT count(*)::text FROM dlock.stats WHERE name = $1)',
+		'(SELECT count(*)::text FROM dlock.leases l JOIN dlock.locks k USING (name))');
+}
+
+# One call: function, statement and the argument literals
 sub gen_call
 {
 	my ($sess) = @_;
-	my $fn = choose([ 22, 'try_acquire' ], [ 18, 'acquire' ], [ 14, 'renew' ],
-		[ 13, 'release' ], [ 9, 'force_release' ], [ 16, 'fence' ],
-		[ 8, 'holder_alive' ]);
+	my $fn = choose([ 18, 'try_acquire' ], [ 14, 'acquire' ], [ 11, 'renew' ],
+		[ 10, 'release' ], [ 6, 'force_release' ], [ 12, 'fence' ],
+		[ 5, 'holder_alive' ], [ 6, 'try_acquire_all' ], [ 5, 'acquire_all' ],
+		[ 4, 'release_all' ], [ 5, 'watch' ], [ 3, 'purge' ], [ 2, 'name_key' ],
+		[ 1, 'stats' ], [ 1, 'stats_reset' ], [ 1, 'lease_states' ], [ 2, 'views' ],
+		[ 5, 'holder' ]);
 	my %v;
 	my ($nreq, @params) = @{ $signature{$fn} };
 	my %given = map { $_ => rand() < 0.6 } @params;
@@ -574,7 +834,8 @@ sub gen_call
 
 	if ($fn eq 'try_acquire' || $fn eq 'acquire')
 	{
-		# a recent lease is likely held: contested, or extended by its owner
+		# a recent lease is likely held: contested, or extended by its
+		# owner, mostly as the same kind
 		my $p = rand() < 0.2 ? recent_entry() : undef;
 		$v{name} = gen_name();
 		$v{name} = $p->{name} if $p;
@@ -582,6 +843,16 @@ sub gen_call
 		$v{owner} = gen_owner();
 		$v{lock_delay} = gen_lock_delay();
 		$v{session_bound} = gen_bound();
+		$v{value} = gen_value();
+		$v{queue} = gen_flag() if $fn eq 'try_acquire';
+		$v{shared} = gen_flag();
+		$v{max_holders} = gen_max_holders();
+		if ($p && rand() < 0.7)
+		{
+			$v{shared} = $p->{shared};
+			$v{max_holders} = $p->{max_holders};
+			$given{shared} = $given{max_holders} = 1;
+		}
 		if ($fn eq 'acquire')
 		{
 			my ($timeout, $class) = @{ gen_timeout() };
@@ -600,6 +871,7 @@ sub gen_call
 		$v{name} = $p->{name} if $p;
 		$v{owner} = $p->{owner} if $p && $real_owner;
 		$v{ttl} = rand() < 0.5 ? good_ttl() : gen_ttl();
+		$v{value} = gen_value();
 	}
 	elsif ($fn eq 'force_release')
 	{
@@ -608,7 +880,7 @@ sub gen_call
 			[ 40, sub { @others ? $others[ pool_rand(scalar @others) ]{name} : 'job:2' } ],
 			[ 60, \&gen_name ]);
 	}
-	elsif ($fn eq 'fence')
+	elsif ($fn eq 'fence' || $fn eq 'watch')
 	{
 		my $p = choose([ 35, sub { recent_entry() } ], [ 15, \&pool_entry ], [ 50, undef ]);
 		my $real_token = rand() < 0.7;
@@ -616,6 +888,53 @@ sub gen_call
 		$v{token} = gen_token();
 		$v{name} = $p->{name} if $p;
 		$v{token} = $p->{token} if $p && $real_token;
+		if ($fn eq 'watch')
+		{
+			# a watch of a token that is live waits for its timeout: a long
+			# one only where no lease is live and the token given is one
+			my ($timeout, $class) = @{ gen_timeout() };
+			$v{timeout} = $timeout;
+			$class = 'long' unless $given{timeout};
+			if ($class eq 'long')
+			{
+				$v{name} = fresh_name();
+				$v{token} = any_of('1', '42', '-1', '9223372036854775807');
+				$given{token} = 1;
+			}
+		}
+	}
+	elsif ($fn eq 'try_acquire_all' || $fn eq 'acquire_all' || $fn eq 'release_all')
+	{
+		my $class = 'short';
+		if ($fn eq 'acquire_all')
+		{
+			($v{timeout}, $class) = @{ gen_timeout() };
+			$class = 'long' unless $given{timeout};
+		}
+		my $names = gen_names($class eq 'long');
+		$v{names} = names_literal($names);
+		$v{name_list} = $names if ref $names;
+		$v{ttl} = gen_ttl();
+		$v{owner} = gen_owner();
+		if ($fn eq 'release_all' && rand() < 0.5)
+		{
+			my $p = recent_entry($sess);
+			$v{owner} = $p->{owner} if $p;
+		}
+	}
+	elsif ($fn eq 'purge')
+	{
+		$v{older_than} = gen_older_than();
+	}
+	elsif ($fn eq 'name_key' || $fn eq 'views')
+	{
+		$v{name} = gen_name();
+	}
+	elsif ($fn eq 'holder')
+	{
+		$v{holder} = gen_holder();
+		$v{holder2} = gen_holder();
+		$v{oid} = gen_oid();
 	}
 	else
 	{
@@ -629,6 +948,7 @@ sub gen_call
 	foreach my $param (keys %placeholder)
 	{
 		next if $given{$param} && grep { $_ eq $param } @params;
+		next if $fn eq 'holder' || $fn eq 'views';
 		$v{$param} = $default{$param};
 	}
 	return { fn => $fn, stmt => $stmt, v => \%v,
@@ -651,13 +971,11 @@ sub literal
 	return "'$q'";
 }
 
-my @param_order = qw(name ttl owner timeout lock_delay session_bound token);
-
 sub call_sql
 {
 	my ($seq, $c) = @_;
-	my $sql = "SELECT fuzz.call($seq, '$c->{fn}', " . literal($c->{stmt}) . ', '
-	  . join(', ', map { literal($c->{v}{$_}) } @param_order) . ');';
+	my $sql = "SELECT fuzz.call($seq, '$c->{fn}', " . literal($c->{stmt}) . ', ARRAY['
+	  . join(', ', map { literal($c->{v}{$_}) } @param_order) . ']::text[]);';
 	return $c->{read_only} ? "BEGIN READ ONLY; $sql COMMIT;" : $sql;
 }
 
@@ -665,7 +983,7 @@ sub call_sql
 sub replay_sql
 {
 	my ($c) = @_;
-	(my $s = $c->{stmt}) =~ s/\$(\d)/'(' . literal($c->{v}{ $param_order[ $1 - 1 ] }) . ")::$cast{$1}"/ge;
+	(my $s = $c->{stmt}) =~ s/\$(\d+)/'(' . literal($c->{v}{ $param_order[ $1 - 1 ] }) . ")::$cast{$1}"/ge;
 	$s = "BEGIN READ ONLY; $s; COMMIT;" if $c->{read_only};
 	return "-- as $c->{sess}\n$s";
 }
@@ -722,7 +1040,21 @@ my $wrong_sqlstate = 0;
 my $done = 0;
 my %allowed_input = map { $_ => 1 } qw(22003 22007 22008 22015 22P02);
 # what a call with acceptable arguments may raise
-my %allowed_runtime = (acquire => { '55P03' => 1 }, force_release => { '42501' => 1 });
+# (22023 only for a kind other than the live one's, a set's exclusive
+# leases included: see $kind_error; 53400
+# when every queue place is taken; 22P02 from dlock.holder's input function)
+my %allowed_runtime = (
+	try_acquire => { '22023' => 1, '53400' => 1 },
+	acquire => { '55P03' => 1, '22023' => 1 },
+	try_acquire_all => { '22023' => 1 },
+	acquire_all => { '55P03' => 1, '22023' => 1 },
+	force_release => { '42501' => 1 },
+	holder => { '22P02' => 1 });
+my $kind_error = qr/as another kind of lease|does not match the live leases/;
+# Functions that never change a lease, the counter or a lock (a true fence
+# takes its lock)
+my %reads_only = map { $_ => 1 } qw(fence holder_alive watch name_key stats
+  stats_reset lease_states views holder);
 
 sub fail_call
 {
@@ -813,7 +1145,8 @@ while ($seq < $ncalls)
 		}
 		elsif ($outcome ne 'ok'
 			&& !($allowed_runtime{$fn}{$outcome}
-				&& !($outcome eq '42501' && $sess eq 'su')))
+				&& !($outcome eq '42501' && $sess eq 'su')
+				&& !($outcome eq '22023' && $msg !~ $kind_error)))
 		{
 			$bad_codes++;
 			fail_call($c, "unexpected $outcome: $msg");
@@ -830,10 +1163,16 @@ while ($seq < $ncalls)
 		else
 		{
 			# a call that grants or ends nothing changes nothing; a fence
-			# that holds takes its lock
-			my $noop = $fn eq 'fence' || $fn eq 'holder_alive'
-			  || $result eq 'null' || $result eq 'false';
+			# that holds takes its lock; a purge deletes rows, and holds the
+			# locks of the names it purged until its transaction ends
+			my $noop = $reads_only{$fn} || $result eq 'null' || $result eq 'false'
+			  || ($fn =~ /_all$|^purge$/ && $result =~ /^0(?::|$)/);
 			my $allowed = $fn eq 'fence' && $result eq 'true' ? 'L' : '';
+			if ($fn eq 'purge' && $changed !~ /^T?L?$/)
+			{
+				$changed_on_noop++;
+				fail_call($c, "purge changed $changed");
+			}
 			if ($noop && $changed ne '' && $changed ne $allowed)
 			{
 				$changed_on_noop++;
@@ -846,15 +1185,24 @@ while ($seq < $ncalls)
 			fail_call($c, "$rule (result $result)");
 		}
 
-		if ($outcome eq 'ok' && $result =~ /^(\d+):([0-9a-f]*)$/)
+		if ($outcome eq 'ok' && $returns{$fn} && $returns{$fn} eq 'lease'
+			&& $result =~ /^(\d+):([0-9a-f]*)$/)
 		{
 			my ($token, $owner_hex) = ($1, $2);
 			my $bound = ($c->{v}{session_bound} // '') =~ /^\s*(?:t|on|y|1)/i ? 1 : 0;
 			push @pool, { name => $c->{v}{name}, token => $token,
 				owner => from_bytes(pack('H*', $owner_hex)),
-				sess => $sess, bound => $bound };
-			shift @pool if @pool > 300;
+				sess => $sess, bound => $bound,
+				shared => $c->{v}{shared}, max_holders => $c->{v}{max_holders} };
 		}
+		elsif ($outcome eq 'ok' && $returns{$fn} && $result =~ /^[1-9]\d*:1:(\d+):([0-9a-f]*)$/)
+		{
+			my ($token, $owner_hex) = ($1, $2);
+			push @pool, { name => $_, token => $token, owner => from_bytes(pack('H*', $owner_hex)),
+				sess => $sess, bound => 0, shared => 'false', max_holders => '1' }
+			  foreach grep { defined } @{ $c->{v}{name_list} // [] };
+		}
+		shift @pool while @pool > 300;
 	}
 }
 my $elapsed = time - $t0;
@@ -917,19 +1265,21 @@ is(join("\n", @crash), '', 'the server log shows no crash, assertion failure or 
 
 note 'errors';
 is($bad_codes, 0,
-	'dlock raised no SQLSTATE beyond 55P03 (acquire) and 42501 (force_release) for acceptable arguments');
+	'for acceptable arguments dlock raised only 55P03 (a wait timed out), 42501 (force_release, purge), 22023 (another kind than the live one), 53400, or 22P02 (dlock.holder input)');
 is($wrong_sqlstate, 0,
 	'bad arguments and read-only transactions raise the documented SQLSTATE (22004, 22023, 25006)');
 is($input_bad_codes, 0,
 	'literals rejected before the call are rejected by input functions (22003, 22007, 22008, 22015, 22P02)');
-my %documented = map { $_ => 1 } qw(22004 22023 55P03 42501 25006);
+is($errors{XX000} // 0, 0, 'no call raised an internal error (XX000)');
+my %documented = map { $_ => 1 } qw(22004 22023 55P03 42501 25006 22P02 53400);
 is(join(', ', grep { !$documented{$_} } sort keys %errors), '',
-	'every error dlock raised is one of 22004, 22023, 55P03, 42501, 25006');
+	'every error dlock raised is one of 22004, 22023, 55P03, 42501, 25006, 22P02 (dlock.holder input), 53400');
+my @must_raise = qw(22004 22023 55P03 42501 25006 22P02);
 SKIP:
 {
 	# the run reached every documented error and every function's success
-	skip 'too few calls to expect every outcome', 12 if $ncalls < 2000;
-	foreach my $code (sort keys %documented)
+	skip 'too few calls to expect every outcome', @must_raise + keys %signature if $ncalls < 2000;
+	foreach my $code (@must_raise)
 	{
 		ok($errors{$code}, "the run raised $code at least once");
 	}
@@ -951,23 +1301,27 @@ my $sanity = $node->safe_psql('postgres', q{
 	SELECT count(*) FILTER (WHERE octet_length(name) NOT BETWEEN 1 AND 1024
 	                           OR octet_length(owner) NOT BETWEEN 1 AND 256
 	                           OR token < 1 OR expires_at <= acquired_at
-	                           OR lock_delay < interval '0'),
-	       count(*) = count(DISTINCT token),
+	                           OR lock_delay < interval '0' OR octet_length(value) > 1024
+	                           OR max_holders NOT BETWEEN 1 AND 1000 OR (shared AND max_holders > 1)),
+	       NOT EXISTS (SELECT FROM dlock.lease_state GROUP BY token HAVING count(DISTINCT owner) > 1),
 	       coalesce(max(token), 0) <= (SELECT last_value FROM dlock.token_seq),
 	       count(*)
 	  FROM dlock.lease_state});
 my ($bad_rows, $distinct, $below_counter, $rows) = split /\|/, $sanity;
 note "$rows names in dlock.lease_state";
 is($bad_rows, '0', 'every stored lease is within the limits');
-is($distinct, 't', 'no token was issued to two names');
+is($distinct, 't', 'no token was issued to two owners');
 is($below_counter, 't', 'no stored token is ahead of the counter');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.leases
 	WHERE state = 'session_ended' AND expires_at > clock_timestamp()}),
 	'0', 'no unexpired session-bound lease lost its holder while every session lived');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.locks
-	WHERE kind IN ('name', 'queue')}),
-	'0', 'no name or queue lock is left behind');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.locks WHERE kind <> 'session'}),
+	'0', 'between calls the sessions hold no dlock lock but those of their session-bound leases');
 
 $_->quit foreach values %session;
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()})
+  or die 'the sessions did not exit';
+is(locks_left($node), '', 'once the sessions are gone nothing is left in dlock.locks');
 $node->stop;
 done_testing();

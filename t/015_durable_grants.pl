@@ -19,6 +19,7 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest qw(psql_script);
 
 my $node = PostgreSQL::Test::Cluster->new('durable_grants');
 $node->init;
@@ -60,12 +61,7 @@ foreach my $c (1 .. $clients)
 		  if $i <= $fenced_steps && $i % 3 == 0;
 		$sql .= "SELECT 'X', dlock.release('$name', '$owner');\n";
 	}
-	my $file = $node->basedir . "/client$c.sql";
-	PostgreSQL::Test::Utils::append_to_file($file, $sql);
-	$out[$c] = '';
-	push @harness, IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-q', '-f', $file, '-d', $node->connstr('postgres') ],
-		'>', \$out[$c], '2>', \my $err);
+	push @harness, psql_script($node, "client$c", $sql, \$out[$c]);
 }
 
 $node->poll_query_until('postgres', 'SELECT count(*) > 20 FROM ledger')

@@ -5,7 +5,7 @@
 # names, random timeouts and cancels): every call holds all of its names or
 # none, one holder per name at a time under the fence, tokens growing per
 # name, no deadlock and no other error; afterwards nothing is left in
-# pg_locks.  Then a crash: a set granted after it gets a token larger than
+# dlock.locks.  Then a crash: a set granted after it gets a token larger than
 # every acknowledged one (it waits out the leases whose lazy releases the
 # crash lost).  Then watchers: twenty of them are woken by one
 # commit, before the one-second safety-net read could have found it, and
@@ -20,6 +20,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use DlockTest qw(background_query locks_left);
 
 my $node = PostgreSQL::Test::Cluster->new('sets');
 $node->init;
@@ -31,9 +32,6 @@ $node->safe_psql('postgres', q{
 	                    last_token bigint NOT NULL DEFAULT 0);
 	INSERT INTO churn (name) SELECT 'n' || i FROM generate_series(1, 12) i;
 });
-
-my $dlock_locks = q{SELECT count(*) FROM pg_locks
-	WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17487};
 
 #
 # The churn
@@ -65,7 +63,7 @@ for (split /\n/, $out)
 note "churn: $sets sets and $singles single leases granted, $timeouts timeouts, $cancels cancels sent";
 ok($sets > 0 && $singles > 0 && $timeouts > 0 && $cancels > 0,
 	'the churn granted sets and single leases, and had timeouts and cancels');
-is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left in pg_locks');
+is(locks_left($node), '', 'nothing is left in dlock.locks');
 is($node->safe_psql('postgres', 'SELECT sum(inside) FROM churn'), '0', 'nobody is left inside');
 is($node->safe_psql('postgres',
 		q{SELECT count(*) FROM dlock.leases WHERE owner LIKE 'churn-%' AND state = 'live'}),
@@ -95,11 +93,7 @@ cmp_ok($after_token, '>', $max_acked,
 my @watchers;
 for my $i (1 .. 20)
 {
-	my $w = $node->background_psql('postgres');
-	$w->query_until(qr/watching/, q{\echo watching
-SELECT 'woken-' || dlock.watch('leader', NULL, '30s');
-});
-	push @watchers, $w;
+	push @watchers, background_query($node, q{SELECT 'woken-' || dlock.watch('leader', NULL, '30s');});
 }
 $node->poll_query_until('postgres', q{SELECT count(*) = 20 FROM dlock.locks
 	WHERE kind = 'watch' AND mode = 'AccessShareLock' AND granted})
@@ -118,19 +112,16 @@ ok($all, 'all 20 watchers report the committed token');
 note sprintf('the last watcher returned %.0f ms after the grant', $elapsed * 1000);
 cmp_ok($elapsed, '<', 0.8, 'woken by the commit, not by the one-second safety-net read');
 $_->quit for @watchers;
-is($node->safe_psql('postgres', $dlock_locks), '0', 'the watchers left nothing in pg_locks');
+is(locks_left($node), '', 'the watchers left nothing in dlock.locks');
 
 # The exit of a session-bound holder wakes a watcher at once
 my $holder = $node->background_psql('postgres');
 my $held = $holder->query_safe(
 	q{SELECT token FROM dlock.try_acquire('sb', '1h', 'h', session_bound => true)});
 my $pid = $holder->query_safe('SELECT pg_backend_pid()');
-my $watcher = $node->background_psql('postgres');
-$watcher->query_until(qr/watching/, qq{\\echo watching
-SELECT 'woken-' || coalesce(dlock.watch('sb', $held, '30s')::text, 'none');
-});
-$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_locks
-	WHERE locktype = 'advisory' AND objsubid = 17487})
+my $watcher = background_query($node,
+	qq{SELECT 'woken-' || coalesce(dlock.watch('sb', $held, '30s')::text, 'none');});
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.locks WHERE kind = 'watch'})
   or die 'watcher did not start';
 sleep 0.3;
 $start = time;
@@ -148,10 +139,8 @@ eval { $holder->quit };
 # then waits for the prepared transaction, and reports the grant once it is
 # committed
 #
-$watcher = $node->background_psql('postgres');
-$watcher->query_until(qr/watching/, q{\echo watching
-SELECT 'woken-' || coalesce(dlock.watch('tp:a', NULL, '30s')::text, 'none');
-});
+$watcher = background_query($node,
+	q{SELECT 'woken-' || coalesce(dlock.watch('tp:a', NULL, '30s')::text, 'none');});
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.locks WHERE kind = 'watch'})
   or die 'watcher did not start';
 $node->safe_psql('postgres', q{BEGIN;
@@ -171,7 +160,7 @@ my ($tp_first) = split / /, $tp_token;
 like($watcher->query_until(qr/woken-/, ''), qr/woken-$tp_first/,
 	'the watcher reports the committed grant of the prepared set');
 $watcher->quit;
-is($node->safe_psql('postgres', $dlock_locks), '0', 'nothing is left in pg_locks');
+is(locks_left($node), '', 'nothing is left in dlock.locks');
 
 #
 # Bad input at random: the set functions, values and watch with arrays and

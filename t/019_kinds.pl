@@ -13,7 +13,7 @@
 # fourteen workers on a semaphore of three and a name of readers and
 # writers, short ttls, timeouts and cancels): never more than three
 # permits inside under the fence, a writer always alone, no deadlock, no
-# internal error, nothing left in pg_locks.
+# internal error, nothing left in dlock.locks.
 
 use strict;
 use warnings FATAL => 'all';
@@ -22,6 +22,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use DlockTest qw(sync_pair psql_script background_query locks_left);
 
 my $node = PostgreSQL::Test::Cluster->new('kinds');
 $node->init;
@@ -48,9 +49,6 @@ sub wait_for
 	  or die "nobody waits in $like";
 }
 
-my $dlock_locks = q{SELECT count(*) FROM pg_locks
-	WHERE locktype = 'advisory' AND objsubid BETWEEN 17484 AND 17488};
-
 #
 # A dead holder never leaks a permit
 #
@@ -66,11 +64,9 @@ my ($a_slot, $b_slot) = map { sql("SELECT slot FROM dlock.lease_state WHERE name
 is(sql(q{SELECT dlock.try_acquire('dead', '1h', 'x', max_holders => 2) IS NULL}), 't',
 	'a semaphore of 2 with two live permits refuses a third');
 
-my $sc = $node->background_psql('postgres', on_error_stop => 0);
-$sc->query_until(qr/started/, q{\echo started
+my $sc = background_query($node, q{
 SELECT 'granted-' || token FROM dlock.acquire('dead', '1h', 'c', timeout => '60s', max_holders => 2);
-\echo waited
-});
+\echo waited}, on_error_stop => 0);
 wait_for(q{%acquire('dead', '1h', 'c'%});
 my $start = time;
 sql("SELECT pg_terminate_backend($a_pid, 10000)");
@@ -154,12 +150,7 @@ for my $cl (1 .. $clients)
 		$prev = [ $name, "c$cl-$i" ];
 	}
 	$script .= "\\echo DONE\n";
-	my $file = $node->basedir . "/client$cl.sql";
-	PostgreSQL::Test::Utils::append_to_file($file, $script);
-	$out[$cl] = '';
-	push @harness, IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-q', '-f', $file, '-d', $node->connstr('postgres') ],
-		'>', \$out[$cl], '2>', \my $err);
+	push @harness, psql_script($node, "client$cl", $script, \$out[$cl]);
 }
 $node->poll_query_until('postgres', 'SELECT last_value > 2000 FROM dlock.token_seq')
   or die 'load did not start';
@@ -242,22 +233,8 @@ is($restored[3], 't', 'the restored permits count: the fourth permit of the sema
 # Failover to a synchronous standby
 #
 note 'shared leases and permits survive a failover';
-my $primary = PostgreSQL::Test::Cluster->new('kinds_primary');
-$primary->init(allows_streaming => 1);
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION dlock');
-$primary->backup('base');
-my $standby = PostgreSQL::Test::Cluster->new('kinds_standby');
-$standby->init_from_backup($primary, 'base', has_streaming => 1);
-$standby->start;
-$primary->append_conf('postgresql.conf', qq(
-synchronous_standby_names = 'kinds_standby'
-synchronous_commit = remote_apply
-));
-$primary->reload;
-$primary->poll_query_until('postgres',
-	q{SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'kinds_standby'})
-  or die 'standby did not become synchronous';
+my ($primary, $standby) = sync_pair('kinds_primary', 'kinds_standby',
+	synchronous_commit => 'remote_apply');
 
 $primary->safe_psql('postgres', q{
 	SELECT dlock.try_acquire('fo:s', '1h', o, shared => true) FROM unnest(ARRAY['s1', 's2', 's3']) o;
@@ -345,7 +322,7 @@ is(sql('SELECT count(*) FROM entries'), $sum{permits} + $sum{reads} + $sum{write
 $node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
 	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()})
   or die 'the churn\'s backends did not exit';
-is(sql($dlock_locks), '0', 'once everyone is gone nothing is left in pg_locks');
+is(locks_left($node), '', 'once everyone is gone nothing is left in dlock.locks');
 
 my $log = slurp_file($node->logfile);
 unlike($log, qr/deadlock detected|\b40P01\b/, 'no deadlock was detected');
