@@ -1,8 +1,10 @@
 --
 -- Observability without shared_preload_libraries: dlock.locks works,
--- dlock.stats refuses with 55000 instead of showing nothing, and the
--- settings exist (dlock.stats_max only when preloaded).  The statistics themselves, the stale-fence log line and
--- two-session views of dlock.locks are in t/014_stats.pl.
+-- dlock.stats refuses with 55000 instead of showing nothing, the settings
+-- exist (dlock.stats_max only when preloaded), and the stale-fence log line
+-- is limited per backend.  The statistics themselves, the wording
+-- of the stale-fence log line and two-session views of dlock.locks are in
+-- t/014_stats.pl.
 --
 CREATE FUNCTION pg_temp.outcome(call text) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -63,6 +65,19 @@ SELECT pg_advisory_lock(17484);
 SELECT pg_advisory_lock(1, 17485);
 SELECT count(*) AS dlock_rows FROM dlock.locks WHERE pid = pg_backend_pid();
 SELECT pg_advisory_unlock_all();
+
+-- Not preloaded, the stale-fence log line is limited per backend: one line
+-- per name in 10 s, however many stale checks, and none for a name never
+-- granted (its wording, in the server log, is checked in t/014_stats.pl)
+SELECT token AS obs_stale FROM dlock.try_acquire('obs:stale', '1h', 'w') \gset
+SELECT dlock.force_release('obs:stale');
+SET client_min_messages = log;
+\set VERBOSITY sqlstate
+SELECT dlock.fence('obs:stale', :obs_stale) AS first_check;
+SELECT dlock.fence('obs:stale', :obs_stale) AS second_check;
+SELECT dlock.fence('obs:never', :obs_stale) AS never_granted;
+\set VERBOSITY default
+RESET client_min_messages;
 
 SELECT dlock.release('obs:a', 'w');
 DELETE FROM dlock.lease_state WHERE name LIKE 'obs:%';

@@ -515,7 +515,8 @@ typedef enum DlockStatsEvent
 	DLOCK_STAT_EXPIRED,			/* a lease found ended by expiry */
 	DLOCK_STAT_SESSION_ENDED,	/* a session-bound lease found without holder */
 	DLOCK_STAT_FENCE_OK,		/* a fence decision: true */
-	DLOCK_STAT_FENCE_REFUSED,	/* a fence decision: false */
+	DLOCK_STAT_FENCE_REFUSED,	/* a fence decision: false (a stale token, or
+								 * one never granted for the name) */
 	DLOCK_STAT_NUM_EVENTS
 } DlockStatsEvent;
 
@@ -528,6 +529,8 @@ extern void DlockStatsShmemRequest(void);
 extern void DlockStatsShmemInit(void);
 extern void DlockStatsEnabledAssign(bool newval, void *extra);
 extern void DlockStatsCountEvent(const LeaseName *name, DlockStatsEvent event);
+extern void DlockStatsCountRead(const LeaseName *name, DlockStatsEvent event,
+								bool has_rows);
 extern void DlockStatsWaitEnded(const LeaseName *name, TimestampTz start);
 extern void DlockStatsGranted(const LeaseName *name, const LeaseRow *old,
 							  TimestampTz now);
@@ -537,12 +540,25 @@ extern void StaleFenceReport(const LeaseName *name, int64 token,
 							 const LeaseRow *row, TimestampTz now);
 extern void StaleFenceAtEOXact(void);
 
-/* The counting calls: one branch when the statistics are off */
+/*
+ * The counting calls: one branch when the statistics are off.  A name gets
+ * an entry only when it has rows in dlock.lease_state: DlockStatsCount
+ * makes one only for the events that show it has (a grant, a renewal, ...);
+ * a caller that has read the name's rows says whether it found any with
+ * DlockStatsCountKnown.
+ */
 static inline void
 DlockStatsCount(const LeaseName *name, DlockStatsEvent event)
 {
 	if (dlock_stats_counting)
 		DlockStatsCountEvent(name, event);
+}
+
+static inline void
+DlockStatsCountKnown(const LeaseName *name, DlockStatsEvent event, bool has_rows)
+{
+	if (dlock_stats_counting)
+		DlockStatsCountRead(name, event, has_rows);
 }
 
 /* fence.c */

@@ -31,8 +31,9 @@
  *
  * A false answer releases the lock it took, so a stale holder's refused
  * write does not hold up the next grant.  Each decision (not each cached
- * answer) is counted in the statistics, and a refused token that is known
- * to have been granted for the name is logged (stats.c).
+ * answer) is counted in the statistics, for names that have rows, and a
+ * false answer for a token known to have been granted for the name is
+ * logged, rate-limited per name (stats.c).
  *
  * Invariants: I3, I4 in docs/internals.md.
  *
@@ -291,8 +292,14 @@ FenceCheck(const LeaseName *name, int64 token)
 
 	if (!result && dlock_log_stale_fences)
 		StaleFenceReport(name, token, &row, now);
-	/* One count per decision: the cache answers the repeat calls */
-	DlockStatsCount(name, result ? DLOCK_STAT_FENCE_OK : DLOCK_STAT_FENCE_REFUSED);
+
+	/*
+	 * One count per decision: the cache answers the repeat calls.  row is
+	 * the token's row or else the name's last one (found false when the
+	 * name has none): a name never granted gets no statistics entry.
+	 */
+	DlockStatsCountKnown(name, result ? DLOCK_STAT_FENCE_OK : DLOCK_STAT_FENCE_REFUSED,
+						 row.found);
 	return result;
 }
 

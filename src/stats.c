@@ -2,18 +2,37 @@
  *
  * stats.c
  *	  Per-name statistics in shared memory (dlock.stats, dlock.stats_reset),
- *	  the log line of refused stale writes (dlock.log_stale_fences), and
- *	  dlock.name_key(), which lets dlock.locks name the locks in pg_locks.
+ *	  the log line of stale tokens checked by dlock.fence()
+ *	  (dlock.log_stale_fences), and dlock.name_key(), which lets dlock.locks
+ *	  name the locks in pg_locks.
  *
  * The statistics exist only when dlock is in shared_preload_libraries: the
  * postmaster then reserves a hash table of dlock.stats_max entries, one per
  * (database, name), guarded by one LWLock (shared to find an entry and count
  * into it, exclusive to add or remove entries) and a spinlock per entry for
- * its counters.  A full table evicts its least active entries, as
- * pg_stat_statements does: each event adds one to an entry's usage, every
- * eviction pass ages all usages, and the lowest few percent go.  Nothing is
- * written to disk: the counters survive reconnects, and a server restart
- * (or a crash) starts them from zero.
+ * its counters.  Nothing is written to disk: the counters survive
+ * reconnects, and a server restart (or a crash) starts them from zero.
+ *
+ * Which names get an entry.  Only names that have rows in dlock.lease_state:
+ * an entry is made by an event that shows the name has a row (a grant, a
+ * renewal, a release, a force-release, a lost holder found, a fence() that
+ * read a row of the name).  A refusal, a wait or a timeout, whose callers do
+ * not say whether the name has a row, and a fence() of a name without rows
+ * count only into an entry that exists.  So calls on names nobody was ever
+ * granted (which cost any role nothing to make up) cannot fill the table.
+ *
+ * Eviction, per database.  When the table is full, a new entry takes the
+ * place of less active ones, as in pg_stat_statements (each event adds one
+ * to an entry's usage, every eviction pass ages all usages and removes the
+ * lowest few percent), but only among the entries of the databases over
+ * their fair share, dlock.stats_max divided by the number of databases with
+ * entries (the one making the entry included):
+ *	- a database at or over its share makes room among its own entries;
+ *	- a database under its share takes room from the databases over theirs,
+ *	  at most their excess.
+ * A database under its share therefore keeps its entries, however busy the
+ * others are: one database's traffic cannot evict another's statistics.
+ * Within a database, roles share its part of the table.
  *
  * Events are counted when they happen, in the transaction that makes them,
  * whether it commits or not: the counters are attempts, including the ones
@@ -21,6 +40,12 @@
  * name that were superseded by a grant, and how their leases ended; that
  * lets the stale-fence log line say how long ago an older token's lease
  * ended (see StaleFenceReport for the exact rule).
+ *
+ * The stale-fence log line is rate-limited per name: at most one line per
+ * (database, name) every STALE_LOG_INTERVAL_S seconds, and at most
+ * STALE_LOG_NAMES names in such a window; the next line of a name says how
+ * many checks were not logged meanwhile.  With dlock preloaded the limit is
+ * the server's (a table in shared memory), otherwise each backend's own.
  *
  * Without preloading, every counting call is one branch on
  * dlock_stats_counting (dlock.h) and reading the statistics fails.
@@ -64,8 +89,12 @@ PG_FUNCTION_INFO_V1(dlock_name_key);
 #define STATS_EVICT_PERCENT		5
 #define STATS_USAGE_DECAY		0.99
 
-/* Stale (name, token) pairs logged per transaction at most */
-#define STALE_LOGGED_MAX		64
+/*
+ * The stale-fence log line: at most one line per name in this many seconds,
+ * and at most this many names in such a window
+ */
+#define STALE_LOG_INTERVAL_S	10
+#define STALE_LOG_NAMES			64
 
 #define STATS_TRANCHE_NAME		"dlock stats"
 
@@ -110,9 +139,28 @@ typedef struct StatsEntry
 	char		name[DLOCK_MAX_NAME_BYTES];
 } StatsEntry;
 
+/* When a name's stale-fence line was last logged, and what was not since */
+typedef struct StaleLogSlot
+{
+	Oid			dbid;
+	uint64		name_hash;
+	TimestampTz logged_at;		/* 0: a free slot */
+	int64		unlogged;		/* stale checks of the name not logged since */
+} StaleLogSlot;
+
+typedef struct StaleLog
+{
+	int64		unlogged_others;	/* not logged, and no longer in a slot:
+									 * every slot was busy, or the name's
+									 * slot was given to another name */
+	StaleLogSlot slot[STALE_LOG_NAMES];
+} StaleLog;
+
 typedef struct StatsShared
 {
-	LWLock	   *lock;
+	LWLock	   *lock;			/* the hash table */
+	LWLock	   *log_lock;		/* stale_log */
+	StaleLog	stale_log;
 } StatsShared;
 
 /* GUCs (defined in dlock.c) */
@@ -126,13 +174,8 @@ bool		dlock_stats_counting = false;
 static StatsShared *Stats = NULL;
 static HTAB *StatsHash = NULL;
 
-/* (name, token) pairs this transaction has logged as stale */
-static struct
-{
-	uint64		name_hash;
-	int64		token;
-}			StaleLogged[STALE_LOGGED_MAX];
-static int	StaleLoggedCount = 0;
+/* This backend's own rate limit of the stale-fence line, when not preloaded */
+static StaleLog LocalStaleLog;
 
 static Size
 StatsShmemSize(void)
@@ -149,7 +192,7 @@ void
 DlockStatsShmemRequest(void)
 {
 	RequestAddinShmemSpace(StatsShmemSize());
-	RequestNamedLWLockTranche(STATS_TRANCHE_NAME, 1);
+	RequestNamedLWLockTranche(STATS_TRANCHE_NAME, 2);
 }
 
 /*
@@ -164,7 +207,13 @@ DlockStatsShmemInit(void)
 
 	Stats = ShmemInitStruct("dlock stats", sizeof(StatsShared), &found);
 	if (!found)
-		Stats->lock = &(GetNamedLWLockTranche(STATS_TRANCHE_NAME))->lock;
+	{
+		LWLockPadded *locks = GetNamedLWLockTranche(STATS_TRANCHE_NAME);
+
+		Stats->lock = &locks[0].lock;
+		Stats->log_lock = &locks[1].lock;
+		memset(&Stats->stale_log, 0, sizeof(StaleLog));
+	}
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(StatsEntry);
 	StatsHash = ShmemInitHash("dlock stats hash",
@@ -188,6 +237,13 @@ typedef struct StatsVictim
 	double		usage;
 	StatsEntry *entry;
 } StatsVictim;
+
+/* The entries of one database, as eviction counts them */
+typedef struct StatsDbCount
+{
+	Oid			dbid;			/* hash key: must be first */
+	int			entries;
+} StatsDbCount;
 
 /*
  * SelectLeastUsed - reorder v[0..n) so that its k (1 <= k <= n) least used
@@ -231,40 +287,107 @@ SelectLeastUsed(StatsVictim *v, int n, int k)
 }
 
 /*
- * StatsEvict - make room: remove the least active entries, age the others;
- * the caller holds the lock exclusively
+ * StatsEvict - make room for an entry of database dbid: age every entry,
+ * then remove the least active among the entries of the databases over
+ * their share (see the header comment); the caller holds the lock
+ * exclusively
  */
 static void
-StatsEvict(void)
+StatsEvict(Oid dbid)
 {
 	HASH_SEQ_STATUS seq;
+	HASHCTL		ctl;
+	HTAB	   *dbs;
+	StatsDbCount *db;
 	StatsVictim *v;
 	StatsEntry *entry;
 	int			n = 0;
+	int			ndbs;
+	int			share;
+	int			own;
+	int			excess = 0;
+	int			ncand = 0;
 	int			nvictims;
+
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(StatsDbCount);
+	ctl.hcxt = CurrentMemoryContext;
+	dbs = hash_create("dlock stats eviction", 16, &ctl,
+					  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
 	v = palloc(hash_get_num_entries(StatsHash) * sizeof(StatsVictim));
 	hash_seq_init(&seq, StatsHash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
+		bool		found;
+
 		/* Exclusive lock: no one counts meanwhile, the spinlock is not needed */
 		entry->usage *= STATS_USAGE_DECAY;
 		v[n].usage = entry->usage;
 		v[n++].entry = entry;
+		db = hash_search(dbs, &entry->key.dbid, HASH_ENTER, &found);
+		db->entries = found ? db->entries + 1 : 1;
 	}
-	nvictims = Min(Max(1, n * STATS_EVICT_PERCENT / 100), n);
+
+	/* The share of each database, the one making the entry included */
+	db = hash_search(dbs, &dbid, HASH_FIND, NULL);
+	own = db != NULL ? db->entries : 0;
+	ndbs = hash_get_num_entries(dbs) + (db == NULL ? 1 : 0);
+	share = Max(1, dlock_stats_max / ndbs);
+
+	/*
+	 * The candidates go first in v.  A full table with dbid under its share
+	 * has some database over its share, or the sum would be short of full;
+	 * the loop below still falls back to every entry rather than rely on it.
+	 */
+	for (int i = 0; i < n; i++)
+	{
+		Oid			owner = v[i].entry->key.dbid;
+		bool		candidate;
+
+		if (own >= share)
+			candidate = (owner == dbid);
+		else
+		{
+			db = hash_search(dbs, &owner, HASH_FIND, NULL);
+			candidate = (db->entries > share);
+		}
+		if (candidate)
+		{
+			StatsVictim tmp = v[ncand];
+
+			v[ncand++] = v[i];
+			v[i] = tmp;
+		}
+	}
+	if (own < share)
+	{
+		hash_seq_init(&seq, dbs);
+		while ((db = hash_seq_search(&seq)) != NULL)
+			excess += Max(0, db->entries - share);
+	}
+	if (ncand == 0)
+		ncand = n;
+
+	nvictims = Max(1, ncand * STATS_EVICT_PERCENT / 100);
+	if (own < share && excess > 0)
+		nvictims = Min(nvictims, excess);
+	nvictims = Min(nvictims, ncand);
 	if (nvictims > 0)
-		SelectLeastUsed(v, n, nvictims);
+		SelectLeastUsed(v, ncand, nvictims);
 	for (int i = 0; i < nvictims; i++)
 		hash_search(StatsHash, &v[i].entry->key, HASH_REMOVE, NULL);
 	pfree(v);
+	hash_destroy(dbs);
 }
 
 /*
- * StatsEntryFor - the entry of a name in this database, made if needed;
- * NULL on a 64-bit hash collision with another name (its events are not
- * counted).  Returns with the lock held (shared, or exclusive when the
- * entry was just made); the caller releases it.
+ * StatsEntryFor - the entry of a name in this database, made if create and
+ * missing (create only for a name known to have rows: see the header
+ * comment); NULL when there is none, or on a 64-bit hash collision with
+ * another name (its events are not counted).  Returns with the lock held
+ * (shared, or exclusive when the entry was just made); the caller releases
+ * it.
  */
 static StatsEntry *
 StatsEntryFor(const LeaseName *name, bool create)
@@ -287,7 +410,7 @@ StatsEntryFor(const LeaseName *name, bool create)
 		if (entry == NULL)
 		{
 			if (hash_get_num_entries(StatsHash) >= dlock_stats_max)
-				StatsEvict();
+				StatsEvict(MyDatabaseId);
 			entry = hash_search(StatsHash, &key, HASH_ENTER, &found);
 			Assert(!found);
 			memset((char *) entry + sizeof(StatsKey), 0,
@@ -308,12 +431,50 @@ StatsEntryFor(const LeaseName *name, bool create)
 }
 
 /*
- * DlockStatsCountEvent - count one event of a name (DlockStatsCount)
+ * EventShowsRows - whether an event can only happen to a name that has rows
+ * in dlock.lease_state; the other events count only into existing entries
+ */
+static bool
+EventShowsRows(DlockStatsEvent event)
+{
+	switch (event)
+	{
+		case DLOCK_STAT_GRANT:
+		case DLOCK_STAT_RENEWAL:
+		case DLOCK_STAT_RELEASE:
+		case DLOCK_STAT_FORCE_RELEASE:
+		case DLOCK_STAT_EXPIRED:
+		case DLOCK_STAT_SESSION_ENDED:
+		case DLOCK_STAT_FENCE_OK:
+			return true;
+		case DLOCK_STAT_REFUSAL:
+		case DLOCK_STAT_WAIT:
+		case DLOCK_STAT_TIMEOUT:
+		case DLOCK_STAT_FENCE_REFUSED:
+		case DLOCK_STAT_NUM_EVENTS:
+			break;
+	}
+	return false;
+}
+
+/*
+ * DlockStatsCountEvent - count one event of a name (DlockStatsCount); an
+ * entry is made only for the events that show the name has rows
  */
 void
 DlockStatsCountEvent(const LeaseName *name, DlockStatsEvent event)
 {
-	StatsEntry *entry = StatsEntryFor(name, true);
+	DlockStatsCountRead(name, event, EventShowsRows(event));
+}
+
+/*
+ * DlockStatsCountRead - count one event of a name whose caller read the
+ * name's rows: has_rows says whether it has any (DlockStatsCountKnown)
+ */
+void
+DlockStatsCountRead(const LeaseName *name, DlockStatsEvent event, bool has_rows)
+{
+	StatsEntry *entry = StatsEntryFor(name, has_rows);
 
 	if (entry != NULL)
 	{
@@ -327,17 +488,22 @@ DlockStatsCountEvent(const LeaseName *name, DlockStatsEvent event)
 
 /*
  * DlockStatsWaitEnded - an acquire() that waited got the lease or timed
- * out: add its wait, from start until now
+ * out: add its wait, from start until now, to the name's entry if it has
+ * one (a wait does not show that the name has rows; a granted one made the
+ * entry by its grant)
  */
 void
 DlockStatsWaitEnded(const LeaseName *name, TimestampTz start)
 {
 	double		ms = (double) (GetCurrentTimestamp() - start) / 1000.0;
-	StatsEntry *entry = StatsEntryFor(name, true);
+	StatsEntry *entry = StatsEntryFor(name, false);
 
 	if (entry != NULL)
 	{
 		SpinLockAcquire(&entry->mutex);
+		/* Made during the wait (by its grant): the wait's start found none */
+		if (entry->since > start)
+			entry->counts[DLOCK_STAT_WAIT]++;
 		entry->wait_total_ms += ms;
 		entry->wait_max_ms = Max(entry->wait_max_ms, ms);
 		SpinLockRelease(&entry->mutex);
@@ -502,8 +668,81 @@ PastEndVerb(PastEnd how)
 }
 
 /*
- * StaleFenceReport - fence(name, token) refused; log it when token is known
- * to have been granted for name
+ * StaleLogAdmit - whether a stale check of name may be logged now (see the
+ * header comment for the limits); if so, *unlogged is how many checks of
+ * the name were not logged since its previous line, and *unlogged_others
+ * how many of names no longer in the table, since the previous line of any
+ * name
+ */
+static bool
+StaleLogAdmit(const LeaseName *name, TimestampTz now, int64 *unlogged,
+			  int64 *unlogged_others)
+{
+	StaleLog   *log = Stats != NULL ? &Stats->stale_log : &LocalStaleLog;
+	StaleLogSlot *slot = NULL;
+	int			oldest = 0;
+	bool		admit;
+
+	if (Stats != NULL)
+		LWLockAcquire(Stats->log_lock, LW_EXCLUSIVE);
+
+	for (int i = 0; i < STALE_LOG_NAMES; i++)
+	{
+		StaleLogSlot *s = &log->slot[i];
+
+		if (s->logged_at != 0 && s->dbid == MyDatabaseId &&
+			s->name_hash == name->hash)
+		{
+			slot = s;
+			break;
+		}
+		if (s->logged_at < log->slot[oldest].logged_at)
+			oldest = i;
+	}
+
+	if (slot == NULL)
+	{
+		/* A new name: the slot least recently logged, if its window is over */
+		slot = &log->slot[oldest];
+		if (slot->logged_at != 0 && now >= slot->logged_at &&
+			now - slot->logged_at < STALE_LOG_INTERVAL_S * USECS_PER_SEC)
+		{
+			log->unlogged_others++;
+			slot = NULL;
+		}
+		else
+		{
+			log->unlogged_others += slot->unlogged;
+			slot->dbid = MyDatabaseId;
+			slot->name_hash = name->hash;
+			slot->logged_at = 0;
+			slot->unlogged = 0;
+		}
+	}
+
+	/* A clock set back does not silence a name until it catches up */
+	admit = slot != NULL &&
+		(slot->logged_at == 0 || now < slot->logged_at ||
+		 now - slot->logged_at >= STALE_LOG_INTERVAL_S * USECS_PER_SEC);
+	if (admit)
+	{
+		*unlogged = slot->unlogged;
+		*unlogged_others = log->unlogged_others;
+		slot->logged_at = now;
+		slot->unlogged = 0;
+		log->unlogged_others = 0;
+	}
+	else if (slot != NULL)
+		slot->unlogged++;
+
+	if (Stats != NULL)
+		LWLockRelease(Stats->log_lock);
+	return admit;
+}
+
+/*
+ * StaleFenceReport - fence(name, token) returned false; log it when token is
+ * known to have been granted for name, at the rate StaleLogAdmit allows
  *
  * row is the name's row, read under the name's lock.  The rule:
  *	- token equal to the row's token (whose lease is not live): logged, with
@@ -514,8 +753,12 @@ PastEndVerb(PastEnd how)
  *	  so an older token the statistics do not remember may never have been
  *	  this name's: it is not logged;
  *	- a token newer than the row's, or a name never granted: never logged.
- * Each (name, token) is logged once per transaction, for at most
- * STALE_LOGGED_MAX pairs.
+ *
+ * The line says what is known: fence() was asked about a stale token and
+ * answered false.  Whether that answer kept a write from happening depends
+ * on the query around the call, which fence() cannot see, so the line does
+ * not say so.  It is one line: the statement and context are left out, so
+ * that a flood of stale checks costs the log one line per name and window.
  */
 void
 StaleFenceReport(const LeaseName *name, int64 token, const LeaseRow *row,
@@ -523,14 +766,13 @@ StaleFenceReport(const LeaseName *name, int64 token, const LeaseRow *row,
 {
 	PastLease	past;
 	char		current[64];
+	char		ended[80];
+	char		unlogged_text[128];
+	int64		unlogged;
+	int64		unlogged_others;
 
 	if (!row->found || token > row->token)
 		return;
-	if (StaleLoggedCount >= STALE_LOGGED_MAX)
-		return;
-	for (int i = 0; i < StaleLoggedCount; i++)
-		if (StaleLogged[i].name_hash == name->hash && StaleLogged[i].token == token)
-			return;
 
 	if (token == row->token)
 	{
@@ -552,31 +794,48 @@ StaleFenceReport(const LeaseName *name, int64 token, const LeaseRow *row,
 		snprintf(current, sizeof(current), "current token " INT64_FORMAT, row->token);
 	}
 
-	StaleLogged[StaleLoggedCount].name_hash = name->hash;
-	StaleLogged[StaleLoggedCount].token = token;
-	StaleLoggedCount++;
+	if (!StaleLogAdmit(name, now, &unlogged, &unlogged_others))
+		return;
 
 	if (past.how == PAST_SESSION_ENDED)
-		ereport(LOG,
-				(errmsg("dlock: refused write with stale token " INT64_FORMAT " for lease \"%.*s\": %s, lease " INT64_FORMAT " ended with its session (noticed %.1f s ago)",
-						token, name->len, name->data, current, token,
-						(double) (now - past.ended_at) / USECS_PER_SEC)));
+		snprintf(ended, sizeof(ended), "ended with its session (noticed %.1f s ago)",
+				 (double) (now - past.ended_at) / USECS_PER_SEC);
 	else
-		ereport(LOG,
-				(errmsg("dlock: refused write with stale token " INT64_FORMAT " for lease \"%.*s\": %s, lease " INT64_FORMAT " %s %.1f s ago",
-						token, name->len, name->data, current, token,
-						PastEndVerb(past.how),
-						(double) (now - past.ended_at) / USECS_PER_SEC)));
+		snprintf(ended, sizeof(ended), "%s %.1f s ago", PastEndVerb(past.how),
+				 (double) (now - past.ended_at) / USECS_PER_SEC);
+
+	if (unlogged > 0 && unlogged_others > 0)
+		snprintf(unlogged_text, sizeof(unlogged_text),
+				 "; stale checks not logged meanwhile: " INT64_FORMAT " of this lease, " INT64_FORMAT " of other leases",
+				 unlogged, unlogged_others);
+	else if (unlogged > 0)
+		snprintf(unlogged_text, sizeof(unlogged_text),
+				 "; stale checks not logged meanwhile: " INT64_FORMAT " of this lease",
+				 unlogged);
+	else if (unlogged_others > 0)
+		snprintf(unlogged_text, sizeof(unlogged_text),
+				 "; stale checks not logged meanwhile: " INT64_FORMAT " of other leases",
+				 unlogged_others);
+	else
+		unlogged_text[0] = '\0';
+
+	ereport(LOG,
+			(errmsg("dlock.fence() returned false for stale token " INT64_FORMAT " of lease \"%.*s\": %s, lease " INT64_FORMAT " %s%s",
+					token, name->len, name->data, current, token, ended,
+					unlogged_text),
+			 errhidestmt(true),
+			 errhidecontext(true)));
 }
 
 /*
- * StaleFenceAtEOXact - the transaction ended (dispatcher, dlock.c): a new
- * one logs its stale writes again
+ * StaleFenceAtEOXact - the transaction ended (dispatcher, dlock.c)
+ *
+ * Nothing to do: the log line is limited per name and time, not per
+ * transaction, so no state of the transaction is kept.
  */
 void
 StaleFenceAtEOXact(void)
 {
-	StaleLoggedCount = 0;
 }
 
 static void

@@ -1,7 +1,9 @@
 # Statistics with dlock preloaded (dlock.stats): exact counts of a known
 # workload, reset, eviction of the least active names, survival across
-# backends; the log line of refused stale writes (dlock.log_stale_fences);
-# and dlock.locks as other sessions see a waiter and an uncommitted grant.
+# backends; entries only for names with rows, and a fair share of the table
+# per database; the rate-limited log line of stale tokens checked by fence()
+# (dlock.log_stale_fences); and dlock.locks as other sessions see a waiter
+# and an uncommitted grant.
 
 use strict;
 use warnings FATAL => 'all';
@@ -9,6 +11,7 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('stats');
 $node->init;
@@ -98,12 +101,37 @@ is($node->safe_psql('other', q{SELECT grants FROM dlock.stats WHERE name = 'w:a'
 	'the same name in another database is counted apart');
 
 note 'the stale-fence log line';
+# At most one line per name every 10 s (STALE_LOG_INTERVAL_S), however many
+# stale checks; the next line says how many were not logged.  One line per
+# event: no STATEMENT, CONTEXT or DETAIL line after it.
+my $window = 10;
 sql(q{SELECT dlock.try_acquire('s:x', '100ms', 'old')});
 my $old = sql(q{SELECT token FROM dlock.leases WHERE name = 's:x'});
 sql(q{SELECT pg_sleep(0.15)});
 my $new = sql(q{SELECT token FROM dlock.try_acquire('s:x', '1h', 'new')});
 my $other = sql(q{SELECT token FROM dlock.leases WHERE name = 'w:a'});
 sql(q{CREATE TABLE acct (id int, v int); INSERT INTO acct SELECT g, 0 FROM generate_series(1, 100) g});
+
+# the lines of the log since $offset that say a stale token was checked
+sub stale_lines
+{
+	my ($offset) = @_;
+	my $log = slurp_file($node->logfile, $offset);
+	my @lines = ($log =~ /(dlock\.fence\(\) returned false for stale token [^\n]*)/g);
+	return @lines;
+}
+sub count_stale
+{
+	my @lines = stale_lines(@_);
+	return scalar @lines;
+}
+# the log line after each such line
+sub after_stale_lines
+{
+	my ($offset) = @_;
+	my $log = slurp_file($node->logfile, $offset);
+	return ($log =~ /dlock\.fence\(\) returned false for stale token [^\n]*\n([^\n]*)/g);
+}
 
 my $offset = -s $node->logfile;
 sql(qq{BEGIN;
@@ -112,45 +140,73 @@ sql(qq{BEGIN;
 	SELECT dlock.try_acquire('s:unrelated', '1h', 'o');
 	UPDATE acct SET v = 3 WHERE dlock.fence('s:x', $old);
 	COMMIT;});
-my $log = slurp_file($node->logfile, $offset);
-my @lines = ($log =~ /(refused write with stale token $old for lease "s:x".*)/g);
-is(scalar @lines, 1, 'logged once in a transaction, over rows, statements and a lease change');
+my $first_line_at = time;	# no earlier than the line
+# 20 more decisions, each in a transaction of its own
+sql(join '', map { "SELECT dlock.fence('s:x', $old);\n" } 1 .. 20);
+my @lines = stale_lines($offset);
+is(scalar @lines, 1, 'one line in the window, over rows, statements, a lease change and 20 transactions');
 like($lines[0] // '',
-	qr/^refused write with stale token $old for lease "s:x": current token $new, lease $old expired \d+\.\d s ago$/,
-	'the line names the lease, the stale and the current token, and the time since expiry');
-like($log, qr/stale token $old for lease "s:x".*\n.*STATEMENT:\s+UPDATE acct SET v = 1 /,
-	'the statement is logged with it');
+	qr/^dlock\.fence\(\) returned false for stale token $old of lease "s:x": current token $new, lease $old expired \d+\.\d s ago$/,
+	'the line says what happened: a stale token checked, the current token, the time since expiry');
+my @after = after_stale_lines($offset);
+ok(@after == 1 && $after[0] !~ /\b(STATEMENT|CONTEXT|DETAIL):/,
+	'one line per event: no STATEMENT line follows it');
 
-$offset = -s $node->logfile;
-sql(qq{SELECT dlock.fence('s:x', $old)});
-sql(qq{SELECT dlock.fence('s:x', $old)});
-$log = slurp_file($node->logfile, $offset);
-@lines = ($log =~ /(refused write with stale token $old for lease "s:x")/g);
-is(scalar @lines, 2, 'once more in each new transaction');
-
-# Tokens never granted for the name: another name's token, a future token
+# Tokens never granted for the name: another name's token, a future token;
+# a name never granted
 $offset = -s $node->logfile;
 sql(qq{SELECT dlock.fence('s:x', $other), dlock.fence('s:x', $new + 1000),
 	dlock.fence('s:never', $old)});
-$log = slurp_file($node->logfile, $offset);
-unlike($log, qr/refused write/, 'never for a token that was not granted for the name');
+is(count_stale($offset), 0, 'never for a token that was not granted for the name');
+is(stats('s:never'), '(none)', 'and a name never granted gets no statistics');
 
-# The current token, once its lease ended
-sql(q{SELECT dlock.release('s:x', 'new')});
+# The current token, once its lease ended; from PL/pgSQL, still one line
+my $y = sql(q{SELECT token FROM dlock.try_acquire('s:y', '1h', 'new')});
+sql(q{SELECT dlock.release('s:y', 'new')});
 $offset = -s $node->logfile;
-sql(qq{SELECT dlock.fence('s:x', $new)});
-$log = slurp_file($node->logfile, $offset);
-like($log, qr/refused write with stale token $new for lease "s:x": no live lease, lease $new was released \d+\.\d s ago/,
+sql(qq{DO \$\$ BEGIN PERFORM dlock.fence('s:y', $y); END \$\$});
+@lines = stale_lines($offset);
+like($lines[0] // '', qr/^dlock\.fence\(\) returned false for stale token $y of lease "s:y": no live lease, lease $y was released \d+\.\d s ago$/,
 	'a released current token');
+@after = after_stale_lines($offset);
+ok(@after == 1 && $after[0] !~ /\b(STATEMENT|CONTEXT|DETAIL):/,
+	'no CONTEXT line from PL/pgSQL either');
 
+my $z = sql(q{SELECT token FROM dlock.try_acquire('s:z', '1h', 'new')});
+sql(q{SELECT dlock.release('s:z', 'new')});
 $offset = -s $node->logfile;
-sql(qq{SET dlock.log_stale_fences = off; SELECT dlock.fence('s:x', $old)});
-$log = slurp_file($node->logfile, $offset);
-unlike($log, qr/refused write/, 'dlock.log_stale_fences = off logs nothing');
+sql(qq{SET dlock.log_stale_fences = off; SELECT dlock.fence('s:z', $z)});
+is(count_stale($offset), 0, 'dlock.log_stale_fences = off logs nothing');
 # 2 decisions in the first transaction (the lease change emptied the fence
-# cache), 2 in the next two, 2 for tokens not of s:x, 1 after the release, 1 unlogged
-is(stats('s:x'), 'grants=2 released=1 expired=1 fence_refused=8',
+# cache), 20 in the next ones, 2 for tokens not of s:x: all counted
+is(stats('s:x'), 'grants=2 expired=1 fence_refused=24',
 	'every decision is counted, logged or not');
+
+# After the window: the next line, with the 21 checks that were not logged
+sleep(0.1) while time < $first_line_at + $window + 0.2;
+$offset = -s $node->logfile;
+sql(qq{SELECT dlock.fence('s:x', $old)});
+@lines = stale_lines($offset);
+like($lines[0] // '', qr/^dlock\.fence\(\) returned false for stale token $old of lease "s:x": .*; stale checks not logged meanwhile: 21 of this lease$/,
+	'after the window, the next line says how many checks were not logged');
+
+# Many names at once: at most 64 lines (STALE_LOG_NAMES) in a window
+sql(q{CREATE TABLE flood AS SELECT i, (dlock.try_acquire('f:' || i, '1h', 'o')).token FROM generate_series(1, 100) i});
+sql(q{SELECT dlock.release('f:' || i, 'o') FROM flood});
+$offset = -s $node->logfile;
+sql(q{SELECT count(*) FROM flood WHERE dlock.fence('f:' || i, token)});
+my $flood_at = time;
+my $logged = count_stale($offset);
+ok($logged >= 50 && $logged < 64, "100 names checked at once: $logged lines, not 100");
+sleep(0.1) while time < $flood_at + $window + 0.2;
+$offset = -s $node->logfile;
+sql(qq{SELECT dlock.fence('s:y', $y)});
+@lines = stale_lines($offset);
+my $unlogged = 100 - $logged;
+like($lines[0] // '', qr/; stale checks not logged meanwhile: $unlogged of other leases$/,
+	'the next line counts the names that were not logged');
+# the flood's entries would crowd out the names the next tests count
+sql('SELECT dlock.stats_reset()');
 
 note 'dlock.locks, seen from another session';
 sql(q{SELECT dlock.try_acquire('l:x', '100ms', 'first'); SELECT pg_sleep(0.15)});
@@ -198,6 +254,39 @@ is(sql('SELECT count(*) FROM dlock.stats'), '0', 'reset forgets this database');
 is($node->safe_psql('other', 'SELECT count(*) FROM dlock.stats'), '1', 'and only this one');
 sql(q{SELECT dlock.try_acquire('w:a', '1h', 'o3')});
 is(stats('w:a'), 'grants=1', 'counting starts again from zero');
+
+note 'entries only for names with rows, and a fair share per database (dlock.stats_max = 20)';
+sql('SELECT dlock.stats_reset()');
+$node->safe_psql('other', 'SELECT dlock.stats_reset()');
+sql(q{SELECT dlock.try_acquire('a:' || i, '1h', 'o') FROM generate_series(1, 5) i});
+sql(q{SELECT count(*) FROM generate_series(1, 500) i WHERE dlock.fence('junk:' || i, i)});
+is(sql(q{SELECT string_agg(name, ' ' ORDER BY name) FROM dlock.stats}), 'a:1 a:2 a:3 a:4 a:5',
+	'fence() on names never granted makes no entry');
+# A set refused because a:1 is held: the refusal is counted on the set's
+# first name in lock order, almost surely one of the 20 never granted
+is(sql(q{SELECT count(*) FROM dlock.try_acquire_all(ARRAY['a:1'] ||
+	ARRAY(SELECT 'junk-set:' || i FROM generate_series(1, 20) i), '1h', 'p')}), '0',
+	'a set with a held name is refused');
+is(sql(q{SELECT count(*) FROM dlock.stats WHERE name LIKE 'junk-set:%'}), '0',
+	'nor does a refusal on names never granted');
+# A name with rows but no entry (reset since) gets one from a fence
+sql(q{SELECT dlock.fence('w:a', 1)});
+is(stats('w:a'), 'fence_refused=1', 'a fence of a name that has rows makes its entry');
+
+# Database other floods: junk fences, then 200 real grants of 200 names
+$node->safe_psql('other', q{SELECT count(*) FROM generate_series(1, 2000) i WHERE dlock.fence('junk:' || i, i)});
+is($node->safe_psql('other', 'SELECT count(*) FROM dlock.stats'), '0',
+	'the junk fences of another database make no entry');
+$node->safe_psql('other', q{SELECT dlock.try_acquire('b:' || i, '1h', 'o') FROM generate_series(1, 200) i});
+is(sql(q{SELECT string_agg(name || '=' || grants, ' ' ORDER BY name) FROM dlock.stats WHERE name LIKE 'a:%'}),
+	'a:1=1 a:2=1 a:3=1 a:4=1 a:5=1', 'a flood of grants in another database evicts none of this one');
+my $b = $node->safe_psql('other', 'SELECT count(*) FROM dlock.stats');
+ok($b >= 10 && $b + 6 <= 20, "the other database keeps its share and the rest ($b entries)");
+# Under its share (10 of 20 with two databases), this one takes room back
+sql(q{SELECT dlock.try_acquire('a2:' || i, '1h', 'o') FROM generate_series(1, 4) i});
+is(sql(q{SELECT count(*) FROM dlock.stats}), '10', 'a database under its share gets its entries');
+$b = $node->safe_psql('other', 'SELECT count(*) FROM dlock.stats');
+ok($b >= 9 && $b <= 10, "from the database over its share ($b entries)");
 
 note 'eviction keeps the most active names (dlock.stats_max = 20)';
 sql('SELECT dlock.stats_reset()');
