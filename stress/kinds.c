@@ -33,8 +33,9 @@
  *	  later request.  A holder then:
  *		1. reads dlock.leases (check b below);
  *		2. enters: one transaction per name that records it "inside";
- *		3. holds: renews once to three times just before its expiry (now and
- *		   then just after it), or works for a while, or overstays its ttl;
+ *		3. holds: renews once or twice just before its expiry (half of them
+ *		   aimed at the expiry itself), or works for a while, or overstays
+ *		   its ttl, or (most often) leaves at once;
  *		4. leaves: one transaction per name that records it "outside";
  *		5. releases (now and then lets the lease expire instead).
  *
@@ -103,7 +104,7 @@
 
 #define N_NAMES			3
 #define NAME_PREFIX		"stress:kinds:"
-#define KINDS_WORKERS	12
+#define KINDS_WORKERS	16
 #define TTL_LO_MS		200
 #define TTL_HI_MS		500
 /* a renew this close to the expected expiry (or later) is "near expiry" */
@@ -304,7 +305,8 @@ ask(PGconn *conn, struct kinds_stats *st, const char *owner, enum kind k,
 	strncat(h->array, "}", sizeof(h->array) - strlen(h->array) - 1);
 
 	snprintf(ttl_txt, sizeof(ttl_txt), "%d ms", ttl);
-	snprintf(timeout_txt, sizeof(timeout_txt), "%d ms", rand_between(20, 150));
+	snprintf(timeout_txt, sizeof(timeout_txt), "%d ms",
+			 k == K_SET ? rand_between(200, 600) : rand_between(20, 150));
 	snprintf(limit_txt, sizeof(limit_txt), "%d", kind_limit[k]);
 	params[1] = ttl_txt;
 	params[2] = owner;
@@ -707,18 +709,18 @@ hold_and_release(PGconn *conn, struct kinds_stats *st, int w, const char *owner,
 	for (int i = 0; i < h->n; i++)
 		enter(conn, st, w, h, i);
 
-	if (plan < 25 && h->kind != K_SET)
+	if (plan < 15 && h->kind != K_SET)
 	{
-		int			renews = rand_between(1, 3);
+		int			renews = rand_between(1, 2);
 
 		for (int r = 0; r < renews; r++)
 			if (!renew_near_expiry(conn, st, owner, h, &expiry, rand_between(TTL_LO_MS, TTL_HI_MS)))
 				break;
 	}
-	else if (plan < 35)
+	else if (plan < 22)
 		sleep_until(expiry + rand_between(30, 150));	/* overstay */
-	else if (plan < 55)
-		sleep_until(now_ms() + rand_between(0, ttl / 2));
+	else if (plan < 35)
+		sleep_until(now_ms() + rand_between(0, ttl / 4));
 	/* else out at once: grants, the engine's hard part, come thick and fast */
 
 	for (int i = 0; i < h->n; i++)
@@ -769,16 +771,16 @@ kinds_worker(int w, double deadline)
 
 	while (now_ms() < deadline - 20 && !interrupted)
 	{
-		int			r = rand_between(0, 99);
+		int			r = rand_between(0, 999);
 		struct holding h;
 		int			ttl;
 		double		asked;
 
-		if (r < 1)
+		if (r < 4)
 			meddle(conn, st, 0);
-		else if (r < 2)
+		else if (r < 15)
 			meddle(conn, st, 1);
-		else if (r < 5)
+		else if (r < 50)
 			meddle(conn, st, 2);
 		else
 		{
@@ -791,7 +793,11 @@ kinds_worker(int w, double deadline)
 			snprintf(owner, sizeof(owner), "kinds-w%d-%ld", w, turn++);
 			ttl = rand_between(TTL_LO_MS, TTL_HI_MS);
 			asked = now_ms();
-			if (ask(conn, st, owner, k, chance(10), ttl, &h))
+			/*
+			 * Sets wait, most of them: their names are seldom all free at
+			 * once, but a waiter is first in each name's queue
+			 */
+			if (ask(conn, st, owner, k, chance(k == K_SET ? 40 : 10), ttl, &h))
 				hold_and_release(conn, st, w, owner, &h, ttl, asked + ttl);
 		}
 		if (PQstatus(conn) != CONNECTION_OK)
