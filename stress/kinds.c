@@ -22,7 +22,9 @@
  *	  connection and owner, loop on three names (the first gets most of the
  *	  traffic).  Each turn, a worker either asks for a lease or does one of
  *	  the things that change leases from outside: force_release, purge with
- *	  older_than 0, or a watch with a short timeout.  A lease is exclusive,
+ *	  older_than 0 (right after a force_release, so that names often have
+ *	  no rows left and the next grants race as first grants), or a watch
+ *	  with a short timeout.  A lease is exclusive,
  *	  shared, a permit with max_holders 2 or 3, or a set of two or three
  *	  names, asked with try_acquire (try_acquire_all) or with acquire
  *	  (acquire_all) and a short timeout, for a ttl of 200 to 500 ms.  A
@@ -79,6 +81,16 @@
  *	  The view reads committed rows, each classified live or not by the
  *	  server's clock when read, so a lease that ended before another was
  *	  granted can never both look live.
+ *
+ * Check (c): leases lost before their expiry
+ *	  A holder whose fence is false records when (the server's clock, after
+ *	  the fence said no) and the expiry the server last gave it (grant or
+ *	  renew).  False before that expiry, with no force_release of the name
+ *	  that could have ended the lease (each is recorded with its start and
+ *	  end), means another grant took the slot of a live lease: a renew in
+ *	  flight at the expiry of a shared lease or permit, overwritten by
+ *	  another owner's grant, shows up here, since then no conflicting pair
+ *	  is ever inside at once.  Only the server's clock is used.
  *
  * Also failures: XX000 (such as "tuple concurrently updated"), 40P01, any
  * other error but a 55P03 timeout or a 22023 refusal, a worker that did not
@@ -779,7 +791,15 @@ kinds_worker(int w, double deadline)
 		if (r < 4)
 			meddle(conn, st, 0);
 		else if (r < 15)
+		{
+			/*
+			 * End a name's leases, then purge: a name without rows is where
+			 * first grants race (two first permits with different
+			 * max_holders, say)
+			 */
+			meddle(conn, st, 0);
 			meddle(conn, st, 1);
+		}
 		else if (r < 50)
 			meddle(conn, st, 2);
 		else
