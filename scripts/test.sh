@@ -91,11 +91,13 @@ run_check() {
     fi
 }
 
-# The lock-guarded set, then the permits of a counting semaphore: short
-# fenced runs (no acknowledged write lost, never more fenced writers than
-# permits) and control runs without the fence (which must break them)
+# The lock-guarded set, the permits of a counting semaphore, then every
+# kind of lease on the same names: short fenced runs (no acknowledged write
+# lost, never more fenced writers than permits, no conflicting kinds at
+# once) and control runs without the fence (which must break them)
 run_check "stress checker, fenced and control runs" \
-    '^(mode=|attempts=|final_set=|tokens in|RESULT)' bash "$SRC_DIR/stress/run.sh"
+    '^(mode=|attempts=|final_set=|tokens in|kinds: \((a|b|c)\)|kinds: errors|RESULT)' \
+    bash "$SRC_DIR/stress/run.sh"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

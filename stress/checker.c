@@ -1,7 +1,8 @@
 /*
  * checker.c
  *	  A Jepsen-style "lock-guarded set" test for dlock, and its counting
- *	  semaphore variant.
+ *	  semaphore variant; the options, the schedule's helpers and the worker
+ *	  processes that every mode shares (checker.h).
  *
  * The claim under test
  *	  A lease alone cannot give mutual exclusion: a holder can pause for longer
@@ -74,12 +75,17 @@
  *	  than N writers at once, or lost writes); if it finds nothing, it could
  *	  not tell a broken lock from a working one, and it exits 1.
  *
+ * The mixed-kinds mode (--kinds)
+ *	  Exclusive leases, shared leases, permits of two sizes and sets on the
+ *	  same names at once; judged from fenced writes and from dlock.leases.
+ *	  kinds.c owns it, and its header says what it checks and why.
+ *
  * Usage
- *	  checker [--workers N] [--seconds S] [--soak] [--no-fence] [--permits N]
- *	          [--seed X]
+ *	  checker [--workers N] [--seconds S] [--soak] [--no-fence]
+ *	          [--permits N | --kinds] [--seed X]
  *	  The connection comes from the libpq environment (PGHOST, PGPORT, ...);
- *	  only a local server is accepted, since the tables stress_set and
- *	  stress_writers are dropped and recreated.  Later options override
+ *	  only a local server is accepted, since the tables stress_set,
+ *	  stress_writers and stress_kinds_* are dropped and recreated.  Later options override
  *	  earlier ones.
  *	  Exit status: fenced mode 0 on PASS, 1 on FAIL; control mode 0 when the
  *	  expected anomalies were found, 1 otherwise.
@@ -104,17 +110,16 @@
 
 #include <libpq-fe.h>
 
+#include "checker.h"
+
 #define LEASE_NAME		"stress:set"
 #define SEMAPHORE_NAME	"stress:permits"
 #define TTL_MIN_MS		100
 #define TTL_MAX_MS		300
-#define MAX_WORKERS		64
 #define MAX_PERMITS		(MAX_WORKERS - 1)
 #define MAX_SECONDS		3600
 #define DEFAULT_SECONDS 25
 #define SOAK_SECONDS	300
-/* how long workers may take to wind down after the deadline */
-#define GRACE_MS		20000
 
 /* What became of one write attempt, by the worker's own account */
 enum write_status
@@ -164,12 +169,13 @@ static const char *const append_unfenced =
 "UPDATE stress_writers SET elements = elements || $1::int, tokens = tokens || $2::bigint "
 "WHERE worker = $3::int";
 
-static int	n_workers = 8;
-static int	run_seconds = DEFAULT_SECONDS;
-static int	fenced = 1;
-static int	workers_given = 0;	/* --workers was on the command line */
+int			n_workers = 8;
+int			run_seconds = DEFAULT_SECONDS;
+int			fenced = 1;
+int			workers_given = 0;	/* --workers was on the command line */
 static int	permits = 1;		/* > 1: the semaphore mode */
-static uint64_t seed;
+static int	kinds = 0;			/* --kinds: the mixed-kinds mode (kinds.c) */
+uint64_t	seed;
 static long cap;				/* grants and writes one worker can record */
 
 /*
@@ -198,14 +204,14 @@ static int	reaped[MAX_WORKERS];
 static int	exit_status[MAX_WORKERS];
 static int	n_children;
 static pid_t stopped_child;		/* the worker frozen right now, or 0 */
-static volatile sig_atomic_t interrupted;
+volatile sig_atomic_t interrupted;
 
 /* ---------- small helpers ---------- */
 
-static uint64_t rng_state;
+uint64_t	rng_state;
 
 /* splitmix64: seedable per process, so a run's schedule can be repeated */
-static uint64_t
+uint64_t
 rng_next(void)
 {
 	uint64_t	z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
@@ -215,19 +221,19 @@ rng_next(void)
 	return z ^ (z >> 31);
 }
 
-static int
+int
 rand_between(int lo, int hi)
 {
 	return lo + (int) (rng_next() % (uint64_t) (hi - lo + 1));
 }
 
-static int
+int
 chance(int percent)
 {
 	return (int) (rng_next() % 100) < percent;
 }
 
-static double
+double
 now_ms(void)
 {
 	struct timespec ts;
@@ -241,7 +247,7 @@ now_ms(void)
  * EINTR (and SIGSTOP/SIGCONT, which may interrupt a sleep) harmless: we just
  * sleep again for what is left.  Returns 0 if the parent was asked to stop.
  */
-static int
+int
 sleep_until(double t_ms)
 {
 	struct timespec ts;
@@ -275,7 +281,7 @@ element_of(int w, long seq)
 	return seq * n_workers + w + 1;
 }
 
-static int
+int
 has_sqlstate(const PGresult *res, const char *code)
 {
 	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -696,14 +702,17 @@ static void
 usage(FILE *out)
 {
 	fprintf(out,
-			"usage: checker [--workers N] [--seconds S] [--soak] [--no-fence] [--permits N]\n"
-			"               [--seed X]\n"
-			"  --workers N   worker processes, 1 to %d (default 8; 3 per permit with --permits)\n"
+			"usage: checker [--workers N] [--seconds S] [--soak] [--no-fence]\n"
+			"               [--permits N | --kinds] [--seed X]\n"
+			"  --workers N   worker processes, 1 to %d (default 8; 3 per permit with --permits,\n"
+			"                12 with --kinds)\n"
 			"  --seconds S   length of the run, 1 to %d (default %d)\n"
 			"  --soak        a long run: --seconds %d\n"
 			"  --no-fence    control: same schedule without dlock.fence(); must fail\n"
 			"  --permits N   semaphore mode: N permits of one name, 2 to %d, fewer than\n"
 			"                the workers; at most N fenced writers at once\n"
+			"  --kinds       mixed-kinds mode: exclusive, shared, permits and sets on three\n"
+			"                names; no conflicting holders inside at once (see kinds.c)\n"
 			"  --seed X      seed of the random schedule (default: from the clock)\n"
 			"Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE).\n",
 			MAX_WORKERS, MAX_SECONDS, DEFAULT_SECONDS, SOAK_SECONDS, MAX_PERMITS);
@@ -751,6 +760,8 @@ parse_options(int argc, char **argv)
 			fenced = 0;
 		else if (strcmp(a, "--permits") == 0)
 			permits = (int) parse_number(a, argv[++i], 2, MAX_PERMITS);
+		else if (strcmp(a, "--kinds") == 0)
+			kinds = 1;
 		else if (strcmp(a, "--seed") == 0)
 		{
 			char	   *end;
@@ -779,6 +790,11 @@ parse_options(int argc, char **argv)
 			usage(stderr);
 			exit(1);
 		}
+	}
+	if (kinds && permits > 1)
+	{
+		fprintf(stderr, "checker: --kinds and --permits are different modes\n");
+		exit(1);
 	}
 	if (permits > 1)
 	{
@@ -856,7 +872,7 @@ settings_are_local(void)
 	return local;
 }
 
-static PGconn *
+PGconn *
 connect_parent(void)
 {
 	PGconn	   *conn;
@@ -922,7 +938,7 @@ setup_database(void)
 	return ok;
 }
 
-static void *
+void *
 map_shared(size_t bytes)
 {
 	void	   *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -964,7 +980,7 @@ reap(int i, int blocking)
  * Kill and reap every child still there.  SIGKILL also ends a stopped
  * process, so nobody is left frozen; SIGCONT is sent first for tidiness.
  */
-static void
+void
 kill_children(void)
 {
 	for (int i = 0; i < n_children; i++)
@@ -1029,7 +1045,7 @@ pause_workers(double deadline, long *pauses)
 }
 
 /* Wait for the workers to finish their last iteration; kill stragglers */
-static int
+int
 wait_children(double until)
 {
 	int			all_clean = 1;
@@ -1274,50 +1290,24 @@ verify(struct verdict *v)
 	return 1;
 }
 
-int
-main(int argc, char **argv)
+/* no SA_RESTART: a signal must cut the parent's sleeps short */
+static void
+catch_signals(void)
 {
 	struct sigaction sa;
-	struct worker_stats sum;
-	struct verdict v;
-	double		start;
-	double		deadline;
-	long		pauses = 0;
-	int			clean = 1;
-	int			max_holders;
-	int			commits_ok;
-	int			anomalies;
 
-	parse_options(argc, argv);
-	cap = 256 + 250L * run_seconds;
-	rng_state = seed;
-
-	if (permits > 1)
-		printf("mode=semaphore-%s permits=%d workers=%d duration=%ds seed=%" PRIu64 "\n",
-			   fenced ? "fenced" : "no-fence", permits, n_workers, run_seconds, seed);
-	else
-		printf("mode=%s workers=%d duration=%ds seed=%" PRIu64 "\n",
-			   fenced ? "fenced" : "no-fence", n_workers, run_seconds, seed);
-	fflush(stdout);
-
-	if (!setup_database())
-		return 1;
-
-	stats = map_shared(sizeof(struct worker_stats) * n_workers);
-	held = map_shared(sizeof(struct interval) * n_workers * cap);
-	wstatus = map_shared((size_t) n_workers * cap);
-	occ = map_shared(sizeof(struct occupancy));
-
-	/* no SA_RESTART: a signal must cut the parent's sleeps short */
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+}
 
-	start = now_ms();
-	deadline = start + run_seconds * 1000.0;
+int
+start_workers(int (*body) (int w, double deadline), double deadline)
+{
+	catch_signals();
 	fflush(stdout);
 	fflush(stderr);
 	for (int w = 0; w < n_workers; w++)
@@ -1329,7 +1319,7 @@ main(int argc, char **argv)
 		{
 			perror("checker: fork");
 			kill_children();
-			return 1;
+			return 0;
 		}
 		if (pid == 0)
 		{
@@ -1343,42 +1333,84 @@ main(int argc, char **argv)
 			if (getppid() != parent)
 				_exit(1);
 			rng_state = seed + UINT64_C(0x632BE59BD9B4E019) * (uint64_t) (w + 1);
-			_exit(worker_main(w, deadline));
+			_exit(body(w, deadline));
 		}
 		children[n_children++] = pid;
 	}
+	return 1;
+}
 
-	if (!pause_workers(deadline, &pauses) || interrupted)
+int
+worker_exited_cleanly(int w)
+{
+	int			status = exit_status[w];
+
+	if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 1;
+	if (status != -1 && WIFSIGNALED(status))
+		fprintf(stderr, "worker %d: killed by signal %d\n", w, WTERMSIG(status));
+	else
+		fprintf(stderr, "worker %d: exit status %d\n", w,
+				status == -1 ? -1 : WEXITSTATUS(status));
+	return 0;
+}
+
+/*
+ * The set and semaphore modes' schedule: start the workers, freeze one now
+ * and then until the deadline, wait for them.  1 if every worker finished
+ * in time, 0 if not, -1 if interrupted.
+ */
+static int
+run_schedule(long *pauses)
+{
+	double		deadline = now_ms() + run_seconds * 1000.0;
+	int			clean;
+
+	stats = map_shared(sizeof(struct worker_stats) * n_workers);
+	held = map_shared(sizeof(struct interval) * n_workers * cap);
+	wstatus = map_shared((size_t) n_workers * cap);
+	occ = map_shared(sizeof(struct occupancy));
+
+	if (!start_workers(worker_main, deadline))
+		return -1;
+	if (!pause_workers(deadline, pauses) || interrupted)
 	{
 		resume_stopped();
 		kill_children();
 		fprintf(stderr, "checker: interrupted\n");
-		return 1;
+		return -1;
 	}
 	resume_stopped();
 	clean = wait_children(deadline + GRACE_MS);
 	if (interrupted)
 	{
 		fprintf(stderr, "checker: interrupted\n");
-		return 1;
+		return -1;
 	}
+	return clean;
+}
 
-	memset(&sum, 0, sizeof(sum));
+/* Add up the workers' accounts; 0 if any of them went wrong */
+static int
+sum_stats(struct worker_stats *sum)
+{
+	int			clean = 1;
+
+	memset(sum, 0, sizeof(*sum));
 	for (int w = 0; w < n_workers; w++)
 	{
 		const struct worker_stats *st = &stats[w];
-		int			status = exit_status[w];
 
-		sum.attempts += st->attempts;
-		sum.granted += st->granted;
-		sum.timeouts += st->timeouts;
-		sum.writes += st->writes;
-		sum.acked += st->acked;
-		sum.refused += st->refused;
-		sum.aborted += st->aborted;
-		sum.unknown += st->unknown;
-		sum.released_late += st->released_late;
-		sum.errors += st->errors;
+		sum->attempts += st->attempts;
+		sum->granted += st->granted;
+		sum->timeouts += st->timeouts;
+		sum->writes += st->writes;
+		sum->acked += st->acked;
+		sum->refused += st->refused;
+		sum->aborted += st->aborted;
+		sum->unknown += st->unknown;
+		sum->released_late += st->released_late;
+		sum->errors += st->errors;
 		if (st->first_error[0] != '\0')
 			fprintf(stderr, "worker %d: %ld error(s), first: %s\n", w, st->errors,
 					st->first_error);
@@ -1387,85 +1419,70 @@ main(int argc, char **argv)
 			fprintf(stderr, "worker %d: ran out of room to record its history\n", w);
 			clean = 0;
 		}
-		if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		{
-			if (status != -1 && WIFSIGNALED(status))
-				fprintf(stderr, "worker %d: killed by signal %d\n", w, WTERMSIG(status));
-			else
-				fprintf(stderr, "worker %d: exit status %d\n", w,
-						status == -1 ? -1 : WEXITSTATUS(status));
+		if (!worker_exited_cleanly(w))
 			clean = 0;
-		}
 	}
-	if (sum.errors > 0)
-		clean = 0;
+	return clean && sum->errors == 0;
+}
 
-	max_holders = max_concurrent_holders();
-	if (!verify(&v))
-		return 1;
-	/* every acknowledged write appended its token; an unknown one may have */
-	commits_ok = v.n_tokens >= sum.acked && v.n_tokens <= sum.acked + sum.unknown;
-
+static void
+report(const struct worker_stats *sum, const struct verdict *v, int max_holders,
+	   int commits_ok, long pauses)
+{
 	printf("attempts=%ld  granted=%ld  acquire_timeouts=%ld  writes=%ld  acknowledged=%ld  "
 		   "refused_by_fence=%ld  aborted=%ld  indeterminate=%ld\n",
-		   sum.attempts, sum.granted, sum.timeouts, sum.writes, sum.acked,
-		   sum.refused, sum.aborted, sum.unknown);
+		   sum->attempts, sum->granted, sum->timeouts, sum->writes, sum->acked,
+		   sum->refused, sum->aborted, sum->unknown);
 	if (permits > 1)
 		printf("final_set=%ld  lost=%ld  unexpected=%ld  duplicates=%ld  recovered=%ld  "
 			   "max_concurrent_holders_seen=%d  max_concurrent_writers=%d  permits=%d\n",
-			   v.n_elements, v.lost, v.unexpected, v.duplicates, v.recovered, max_holders,
+			   v->n_elements, v->lost, v->unexpected, v->duplicates, v->recovered, max_holders,
 			   occ->most, permits);
 	else
 		printf("final_set=%ld  lost=%ld  unexpected=%ld  duplicates=%ld  recovered=%ld  "
 			   "max_concurrent_holders_seen=%d\n",
-			   v.n_elements, v.lost, v.unexpected, v.duplicates, v.recovered, max_holders);
+			   v->n_elements, v->lost, v->unexpected, v->duplicates, v->recovered, max_holders);
 	printf("stale holders: leases ended before release=%ld  sigstop pauses=%ld  "
 		   "commits recorded=%ld\n",
-		   sum.released_late, pauses, v.n_tokens);
+		   sum->released_late, pauses, v->n_tokens);
 	if (permits > 1)
 		printf("writers between their %s UPDATE and COMMIT at once: at most %d with "
 			   "%d permits (entries past the permits: %ld)\n",
 			   fenced ? "fenced" : "unfenced", occ->most, permits, occ->over);
-	if (v.lost > 0)
+	if (v->lost > 0)
 	{
-		printf("lost elements (element/worker, first %d):", v.lost < 10 ? (int) v.lost : 10);
-		for (long i = 0; i < v.lost && i < 10; i++)
-			printf(" %ld/w%ld", v.lost_sample[i], (v.lost_sample[i] - 1) % n_workers);
+		printf("lost elements (element/worker, first %d):", v->lost < 10 ? (int) v->lost : 10);
+		for (long i = 0; i < v->lost && i < 10; i++)
+			printf(" %ld/w%ld", v->lost_sample[i], (v->lost_sample[i] - 1) % n_workers);
 		printf("\n");
 	}
 	if (!commits_ok)
 		printf("commits recorded in the %s: %ld, but %ld acknowledged and %ld indeterminate\n",
-			   permits > 1 ? "rows" : "row", v.n_tokens, sum.acked, sum.unknown);
+			   permits > 1 ? "rows" : "row", v->n_tokens, sum->acked, sum->unknown);
 	if (permits > 1)
 	{
-		if (v.disorder == 0)
+		if (v->disorder == 0)
 			printf("tokens in commit order strictly increasing in each worker's row: yes");
 		else
 			printf("tokens in commit order strictly increasing in each worker's row: no "
 				   "(%ld inversions; first in the row of w%d at commit %ld: token %lld "
 				   "after %lld)",
-				   v.disorder, v.disorder_row, v.disorder_at, v.disorder_next,
-				   v.disorder_prev);
-		printf("; tokens written more than once: %ld\n", v.shared_tokens);
+				   v->disorder, v->disorder_row, v->disorder_at, v->disorder_next,
+				   v->disorder_prev);
+		printf("; tokens written more than once: %ld\n", v->shared_tokens);
 	}
-	else if (v.disorder == 0)
+	else if (v->disorder == 0)
 		printf("tokens in commit order strictly increasing: yes\n");
 	else
 		printf("tokens in commit order strictly increasing: no (%ld inversions; first at "
 			   "commit %ld: token %lld after %lld)\n",
-			   v.disorder, v.disorder_at, v.disorder_next, v.disorder_prev);
+			   v->disorder, v->disorder_at, v->disorder_next, v->disorder_prev);
+}
 
-	anomalies = v.lost > 0 || v.unexpected > 0 || v.duplicates > 0 ||
-		v.disorder > 0 || !commits_ok;
-	if (permits > 1 && (occ->most > permits || v.shared_tokens > 0))
-		anomalies = 1;
-
-	if (sum.acked == 0)
-	{
-		printf("no write was acknowledged: the run tested nothing\n");
-		clean = 0;
-	}
-
+/* The exit status: a fenced run must pass, a control run must not */
+static int
+judge(int anomalies, int clean, int max_holders, const struct worker_stats *sum)
+{
 	if (fenced)
 	{
 		/*
@@ -1474,7 +1491,7 @@ main(int argc, char **argv)
 		 * held one: otherwise the bound on the writers was never tested.
 		 */
 		int			stale_seen = permits > 1 ? max_holders > permits :
-			max_holders > 1 || sum.refused > 0;
+			max_holders > 1 || sum->refused > 0;
 
 		if (!stale_seen && permits > 1)
 			printf("the schedule never had more holders than permits: the run tested nothing\n");
@@ -1501,4 +1518,60 @@ main(int argc, char **argv)
 	}
 	printf("RESULT: PASS (unexpected for --no-fence: the checker detected nothing)\n");
 	return 1;
+}
+
+/* The lock-guarded set, or the semaphore with --permits */
+static int
+set_main(void)
+{
+	struct worker_stats sum;
+	struct verdict v;
+	long		pauses = 0;
+	int			clean;
+	int			max_holders;
+	int			commits_ok;
+	int			anomalies;
+
+	cap = 256 + 250L * run_seconds;
+	if (permits > 1)
+		printf("mode=semaphore-%s permits=%d workers=%d duration=%ds seed=%" PRIu64 "\n",
+			   fenced ? "fenced" : "no-fence", permits, n_workers, run_seconds, seed);
+	else
+		printf("mode=%s workers=%d duration=%ds seed=%" PRIu64 "\n",
+			   fenced ? "fenced" : "no-fence", n_workers, run_seconds, seed);
+	fflush(stdout);
+
+	if (!setup_database())
+		return 1;
+	clean = run_schedule(&pauses);
+	if (clean < 0)
+		return 1;
+	if (!sum_stats(&sum))
+		clean = 0;
+
+	max_holders = max_concurrent_holders();
+	if (!verify(&v))
+		return 1;
+	/* every acknowledged write appended its token; an unknown one may have */
+	commits_ok = v.n_tokens >= sum.acked && v.n_tokens <= sum.acked + sum.unknown;
+	report(&sum, &v, max_holders, commits_ok, pauses);
+
+	anomalies = v.lost > 0 || v.unexpected > 0 || v.duplicates > 0 ||
+		v.disorder > 0 || !commits_ok;
+	if (permits > 1 && (occ->most > permits || v.shared_tokens > 0))
+		anomalies = 1;
+	if (sum.acked == 0)
+	{
+		printf("no write was acknowledged: the run tested nothing\n");
+		clean = 0;
+	}
+	return judge(anomalies, clean, max_holders, &sum);
+}
+
+int
+main(int argc, char **argv)
+{
+	parse_options(argc, argv);
+	rng_state = seed;
+	return kinds ? kinds_main() : set_main();
 }

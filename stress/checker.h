@@ -1,0 +1,62 @@
+/*
+ * checker.h
+ *	  What the modes of the stress checker share: the options, the seeded
+ *	  random schedule, the clock, the connection to a local server only, and
+ *	  the worker processes (started, reaped and killed by the parent).
+ *
+ * checker.c owns these and the lock-guarded set and semaphore modes;
+ * kinds.c owns the mixed-kinds mode (--kinds).
+ */
+#ifndef DLOCK_STRESS_CHECKER_H
+#define DLOCK_STRESS_CHECKER_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#define MAX_WORKERS		64
+/* how long workers may take to wind down after the deadline */
+#define GRACE_MS		20000
+
+/* the options (see usage() in checker.c) */
+extern int	n_workers;
+extern int	run_seconds;
+extern int	fenced;
+extern int	workers_given;
+extern uint64_t seed;
+
+/* the seeded schedule: each process has its own state */
+extern uint64_t rng_state;
+uint64_t	rng_next(void);
+int			rand_between(int lo, int hi);
+int			chance(int percent);
+
+/* CLOCK_MONOTONIC in milliseconds, and a sleep until such a time */
+double		now_ms(void);
+int			sleep_until(double t_ms);
+
+/* set by SIGINT, SIGTERM or SIGHUP in the parent */
+extern volatile sig_atomic_t interrupted;
+
+int			has_sqlstate(const PGresult *res, const char *code);
+PGconn	   *connect_parent(void);
+void	   *map_shared(size_t bytes);
+
+/*
+ * Fork n_workers workers, each running body(w, deadline) with its own
+ * seeded schedule and exiting with what it returns; 0 if a fork failed
+ * (the ones started are killed)
+ */
+int			start_workers(int (*body) (int w, double deadline), double deadline);
+/* 0 if interrupted; else wait for the workers and kill stragglers */
+int			wait_children(double until);
+void		kill_children(void);
+/* print why worker w did not exit with 0; 1 if it did */
+int			worker_exited_cleanly(int w);
+
+/* the mixed-kinds mode */
+int			kinds_main(void);
+
+#endif							/* DLOCK_STRESS_CHECKER_H */
