@@ -122,8 +122,7 @@ DlockShmemStartup(void)
  *	   prepared transaction's lock on the name, which COMMIT PREPARED (in
  *	   any backend) releases, waking it at once.
  *	6. durability.c forgets what it noted about the transaction.
- *	7. stats.c forgets which stale fences this transaction logged.
- *	8. places.c removes this backend's entry as the head of an acquire()
+ *	7. places.c removes this backend's entry as the head of an acquire()
  *	   queue, left by an acquire() that an error ended (ABORT).
  * dlock's functions are PARALLEL UNSAFE, so the parallel events only reset.
  */
@@ -149,7 +148,6 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
 			QueueWakesAtEOXact(event);
 			WaitersCountAtEOXact();
 			DurabilityAtEOXact();
-			StaleFenceAtEOXact();
 			PlaceHeadEnd();
 			break;
 		default:
@@ -304,8 +302,8 @@ _PG_init(void)
 								NULL);
 
 	DefineCustomBoolVariable("dlock.log_stale_fences",
-							 "Logs writes that dlock.fence() refused for a stale token.",
-							 "One line per lease name and token in each transaction, for tokens known to have been granted for that name.",
+							 "Logs stale tokens that dlock.fence() checked.",
+							 "At most one line per lease name every 10 seconds, for tokens known to have been granted for that name.",
 							 &dlock_log_stale_fences,
 							 true,
 							 PGC_SUSET,

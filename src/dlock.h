@@ -538,7 +538,6 @@ extern void DlockStatsHolderLost(const LeaseName *name, const LeaseRow *row,
 								 TimestampTz now);
 extern void StaleFenceReport(const LeaseName *name, int64 token,
 							 const LeaseRow *row, TimestampTz now);
-extern void StaleFenceAtEOXact(void);
 
 /*
  * The counting calls: one branch when the statistics are off.  A name gets

@@ -827,17 +827,6 @@ StaleFenceReport(const LeaseName *name, int64 token, const LeaseRow *row,
 			 errhidecontext(true)));
 }
 
-/*
- * StaleFenceAtEOXact - the transaction ended (dispatcher, dlock.c)
- *
- * Nothing to do: the log line is limited per name and time, not per
- * transaction, so no state of the transaction is kept.
- */
-void
-StaleFenceAtEOXact(void)
-{
-}
-
 static void
 RequireStats(void)
 {
