@@ -7,6 +7,12 @@
 # poll; release() gives a place up; places and acquire() waiters form one
 # queue in arrival order, whichever came first.  Without preloading,
 # queue => true is refused (sql/errors.sql).
+#
+# Shares: a role keeps at most a quarter of dlock.max_queue_places (40
+# here: 10 each), and is refused (53400, naming its share) beyond; other
+# roles still poll; once every place is taken, acquire() of any name, by any
+# role, still works: the head of an acquire() queue never needs a place of
+# the pollers' pool.
 
 use strict;
 use warnings FATAL => 'all';
@@ -18,7 +24,8 @@ use Time::HiRes qw(time sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('places');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'dlock'\ndlock.max_queue_places = 40\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 
@@ -151,6 +158,61 @@ is(release('x', 'p0'), 't', 'p0 gives up its place');
 is(release('x', 'h'), 't', 'h releases');
 like(poll('x', 'p1'), qr/^\d+$/, 'a new poller is granted: no head entry was left by the cancelled waiter');
 is(release('x', 'p1'), 't', 'p1 releases');
+
+# in_db(db, sql): one statement in a database; its result, or its error
+sub in_db
+{
+	my ($db, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql($db, $sql);
+	return $ret == 0 ? $out : $err;
+}
+$node->safe_psql('postgres', 'CREATE DATABASE purging');
+$node->safe_psql('purging', 'CREATE EXTENSION dlock');
+
+note "a role's share of the places, and acquire() when they are all taken";
+$node->safe_psql('postgres', q{
+CREATE ROLE regress_poller1; CREATE ROLE regress_poller2;
+CREATE ROLE regress_poller3; CREATE ROLE regress_poller4;
+CREATE ROLE regress_other;
+SELECT dlock.try_acquire('held:' || i, '1h', 'h') FROM generate_series(1, 11) i;
+});
+# places(role, from, to): role polls held:from .. held:to, one poll each;
+# how many were refused with a place kept, or the first error
+sub places
+{
+	my ($role, $from, $to) = @_;
+	return in_db('postgres', qq{SET ROLE $role;
+SELECT count(*) FROM generate_series($from, $to) i,
+       LATERAL dlock.try_acquire('held:' || i, '1h', 'p', queue => true) l
+ WHERE l IS NULL});
+}
+is(places('regress_poller1', 1, 10), '10', 'one role keeps 10 places, its share');
+my $refused = places('regress_poller1', 11, 11);
+like($refused, qr/ERROR:  too many places in dlock's queues for role "regress_poller1"/,
+	'its 11th place is refused');
+like($refused, qr/DETAIL:  Role "regress_poller1" keeps 10 places, its share: a quarter of dlock.max_queue_places \(40\)\./,
+	'the error names the share');
+like($refused, qr/HINT:  .*dlock.max_queue_places/, 'and the setting to raise');
+is(places('regress_other', 1, 1), '1', 'another role still polls and keeps a place');
+is(in_db('postgres', q{SET ROLE regress_other; SELECT dlock.release('held:1', 'p')}), 't',
+	'and gives it back');
+is(places('regress_poller1', 1, 10), '10', 'polling again keeps the same 10 places');
+is(places('regress_poller2', 1, 10), '10', 'a second role keeps 10');
+is(places('regress_poller3', 1, 10), '10', 'a third');
+is(places('regress_poller4', 1, 10), '10', 'a fourth: all 40 places are taken');
+like(places('regress_other', 1, 1), qr/ERROR:  too many places in dlock's queues\nDETAIL:  All 40 places/,
+	'a poller of a fifth role is refused: every place is taken');
+
+like(in_db('postgres', q{SET ROLE regress_other;
+SELECT token FROM dlock.acquire('free', '10s', 'w')}), qr/^\d+$/,
+	'acquire() of a free name still works, by any role');
+like(in_db('purging', q{SELECT token FROM dlock.acquire('free', '10s', 'w')}), qr/^\d+$/,
+	'in any database');
+$w = waiter('held:11', 'w');
+is(in_db('postgres', q{SELECT dlock.release('held:11', 'h')}), 't', 'a waiter heads a queue; the holder releases');
+like($w->query_until(qr/granted-w/, ''), qr/granted-w/, 'and the waiter is granted');
+$w->quit;
+is(in_db('postgres', q{SELECT dlock.release('held:11', 'w')}), 't', 'w releases');
 
 $node->stop;
 done_testing();
