@@ -13,6 +13,9 @@
 # roles still poll; once every place is taken, acquire() of any name, by any
 # role, still works: the head of an acquire() queue never needs a place of
 # the pollers' pool.
+#
+# Purge: dlock.purge() leaves a name that a live place waits for, and
+# deletes it once the place is given back or lapses.
 
 use strict;
 use warnings FATAL => 'all';
@@ -159,6 +162,9 @@ is(release('x', 'h'), 't', 'h releases');
 like(poll('x', 'p1'), qr/^\d+$/, 'a new poller is granted: no head entry was left by the cancelled waiter');
 is(release('x', 'p1'), 't', 'p1 releases');
 
+note 'purge leaves a name that a place waits for';
+$node->safe_psql('postgres', 'CREATE DATABASE purging');
+$node->safe_psql('purging', 'CREATE EXTENSION dlock');
 # in_db(db, sql): one statement in a database; its result, or its error
 sub in_db
 {
@@ -166,8 +172,24 @@ sub in_db
 	my ($ret, $out, $err) = $node->psql($db, $sql);
 	return $ret == 0 ? $out : $err;
 }
-$node->safe_psql('postgres', 'CREATE DATABASE purging');
-$node->safe_psql('purging', 'CREATE EXTENSION dlock');
+like(in_db('purging', q{SELECT token FROM dlock.try_acquire('e', '200ms', 'h', '0')}),
+	qr/^\d+$/, 'h holds e for 200ms');
+is(in_db('purging', q{SELECT dlock.try_acquire('e', '1h', 'p', queue => true) IS NULL}),
+	't', 'p polls and keeps its place for an hour');
+like(in_db('purging', q{SELECT token FROM dlock.try_acquire('f', '200ms', 'h', '0')}),
+	qr/^\d+$/, 'h holds f for 200ms');
+is(in_db('purging', q{SELECT dlock.try_acquire('f', '2s', 'p', queue => true) IS NULL}),
+	't', 'p polls f too, with a place that lapses after 2s');
+sleep 0.3;
+is(in_db('purging', q{SELECT string_agg(name || ' ' || state, ', ' ORDER BY name) FROM dlock.leases}),
+	'e expired, f expired', 'both leases expired');
+is(in_db('purging', q{SELECT dlock.purge('0')}), '0', 'purge leaves the names that places wait for');
+is(in_db('purging', q{SELECT dlock.release('e', 'p')}), 't', 'p gives up its place in e');
+is(in_db('purging', q{SELECT dlock.purge('0')}), '1', 'then purge deletes e');
+is(in_db('purging', q{SELECT name FROM dlock.lease_state}), 'f', 'and leaves f');
+sleep 2;
+is(in_db('purging', q{SELECT dlock.purge('0')}), '1', 'and f, once its place lapsed');
+is(in_db('purging', q{SELECT count(*) FROM dlock.lease_state}), '0', 'nothing is left');
 
 note "a role's share of the places, and acquire() when they are all taken";
 $node->safe_psql('postgres', q{
