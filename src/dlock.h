@@ -492,6 +492,7 @@ extern bool PlacePoll(const LeaseName *name, const char *owner, int64 ttl_us,
 					  bool *head_seen);
 extern bool PlaceGiveBack(const LeaseName *name, const char *owner);
 extern bool PlaceAhead(const LeaseName *name, uint64 arrival, TimestampTz *until);
+extern bool PlaceWaitsFor(const LeaseName *name);
 extern void PlaceHeadBegin(const LeaseName *name, uint64 arrival);
 extern void PlaceHeadEnd(void);
 

@@ -21,17 +21,32 @@
  * switches to acquire() gives up its place: the lock manager's queue of
  * acquire() waiters cannot be reordered to let it in ahead).  acquire()
  * waiters keep queueing among themselves in the lock manager (waiting.c);
- * the one at its head also takes a slot here, of kind PLACE_HEAD, so that
- * pollers see it.  The rule for both kinds is the same: a name may be
- * granted to the live entry with the smallest number only.  While a
- * place is first, the name is kept for it: other pollers and
- * try_acquire() are refused, and the head of the acquire() queue waits,
- * until the place is taken (its client polls and is granted), given back
- * (dlock.release by its owner), or lapses.
+ * the one at its head also takes a head entry here, so that pollers see
+ * it.  The rule for both kinds is the same: a name may be granted to the
+ * live entry with the smallest number only.  While a place is first, the
+ * name is kept for it: other pollers and try_acquire() are refused, and the
+ * head of the acquire() queue waits, until the place is taken (its client
+ * polls and is granted), given back (dlock.release by its owner), or
+ * lapses.
  *
  * A head entry is removed when its acquire() stops waiting, also on error
  * (the (sub)transaction's abort) and at backend exit.  Taking a place off
  * the queue wakes the acquire() head, which may now be first.
+ *
+ * Two pools, so that no call of one role can be failed by another role's
+ * places.  Head entries live apart from the pollers' places, MaxBackends of
+ * them: a backend heads at most one queue at a time, so an acquire() always
+ * finds one, however many places pollers keep.  The pollers' pool has
+ * dlock.max_queue_places places, and each role may keep at most a quarter
+ * of them (PLACES_ROLE_SHARE; at least one): a role at its share gets 53400
+ * naming the share, and leaves the other three quarters to other roles.
+ * Roles are the unit because places are cluster-wide and a role is what
+ * the server knows of the client that polls; several roles at their share
+ * can still take every place (53400 "all places are taken" for the next
+ * poller of any role), which raising the setting answers.
+ *
+ * dlock.purge() asks PlaceWaitsFor() before deleting a name's rows: a name
+ * that a live place waits for is kept, as a name with acquire() waiters is.
  *
  * Without shared_preload_libraries nothing here exists, and acquire() and
  * try_acquire() skip it; with it, an empty array costs them one atomic read.
@@ -49,6 +64,8 @@
 
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "postmaster/autovacuum.h"
+#include "replication/walsender.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -59,11 +76,14 @@
 
 #define PLACES_TRANCHE_NAME "dlock places"
 
+/* A role may keep at most 1/PLACES_ROLE_SHARE of the pollers' places */
+#define PLACES_ROLE_SHARE	4
+
+/* A poller's place (free when kind is PLACE_FREE) */
 typedef enum PlaceKind
 {
 	PLACE_FREE = 0,
-	PLACE_POLLER,				/* try_acquire(queue => true) */
-	PLACE_HEAD					/* the head of the acquire() queue */
+	PLACE_POLLER				/* try_acquire(queue => true) */
 } PlaceKind;
 
 typedef struct Place
@@ -72,34 +92,65 @@ typedef struct Place
 	Oid			dbid;
 	uint64		name_hash;
 	uint64		arrival;
-	TimestampTz lapse_at;		/* poller: when the place lapses */
-	int			pid;			/* head: its backend */
-	Oid			role;			/* poller: the role that polls */
+	TimestampTz lapse_at;		/* when the place lapses */
+	Oid			role;			/* the role that polls */
 	int			owner_len;
 	char		owner[DLOCK_MAX_OWNER_BYTES];
 } Place;
+
+/* The entry of a backend that heads an acquire() queue (free when pid is 0) */
+typedef struct HeadEntry
+{
+	int			pid;
+	Oid			dbid;
+	uint64		name_hash;
+	uint64		arrival;
+} HeadEntry;
 
 typedef struct PlacesShared
 {
 	LWLock	   *lock;
 	pg_atomic_uint64 next_arrival;
-	pg_atomic_uint32 in_use;	/* slots not free */
-	int			size;
+	pg_atomic_uint32 in_use;	/* places and head entries taken */
+	int			size;			/* places in slots[] */
+	int			nheads;			/* head entries after them */
 	Place		slots[FLEXIBLE_ARRAY_MEMBER];
+	/* HeadEntry heads[nheads] follows slots[size] */
 } PlacesShared;
 
 int			dlock_max_queue_places = 1000;	/* dlock.max_queue_places */
 
 static PlacesShared *Places = NULL;
+static HeadEntry *Heads = NULL;
 
-/* This backend has a head entry (its slot), or -1 */
+/* This backend has a head entry (its index in Heads), or -1 */
 static int	MyHeadSlot = -1;
+
+/*
+ * HeadEntries - how many backends can run SQL at once: MaxBackends, which
+ * before PostgreSQL 15 is not computed yet when _PG_init requests the
+ * memory, so it is computed the same way here
+ */
+static int
+HeadEntries(void)
+{
+	if (MaxBackends > 0)
+		return MaxBackends;
+	return MaxConnections + autovacuum_max_workers + 1 +
+		max_worker_processes + max_wal_senders;
+}
+
+static Size
+PlacesSlotsSize(void)
+{
+	return add_size(offsetof(PlacesShared, slots),
+					mul_size(dlock_max_queue_places, sizeof(Place)));
+}
 
 static Size
 PlacesShmemSize(void)
 {
-	return add_size(offsetof(PlacesShared, slots),
-					mul_size(dlock_max_queue_places, sizeof(Place)));
+	return add_size(PlacesSlotsSize(), mul_size(HeadEntries(), sizeof(HeadEntry)));
 }
 
 /*
@@ -130,7 +181,9 @@ PlacesShmemInit(void)
 		pg_atomic_init_u64(&Places->next_arrival, 1);
 		pg_atomic_init_u32(&Places->in_use, 0);
 		Places->size = dlock_max_queue_places;
+		Places->nheads = HeadEntries();
 	}
+	Heads = (HeadEntry *) ((char *) Places + PlacesSlotsSize());
 }
 
 /* Remove this backend's head entry when it exits, however it exits */
@@ -183,7 +236,7 @@ SlotIsName(const Place *p, const LeaseName *name)
 static inline bool
 SlotIsLive(const Place *p, TimestampTz now)
 {
-	return p->kind == PLACE_HEAD || (p->kind == PLACE_POLLER && p->lapse_at > now);
+	return p->kind == PLACE_POLLER && p->lapse_at > now;
 }
 
 static inline bool
@@ -191,6 +244,19 @@ SlotIsOwners(const Place *p, const char *owner, int owner_len, Oid role)
 {
 	return p->kind == PLACE_POLLER && p->role == role && p->owner_len == owner_len &&
 		memcmp(p->owner, owner, owner_len) == 0;
+}
+
+static inline bool
+HeadIsName(const HeadEntry *h, const LeaseName *name)
+{
+	return h->pid != 0 && h->dbid == MyDatabaseId && h->name_hash == name->hash;
+}
+
+/* RoleShare - how many places one role may keep */
+static int
+RoleShare(void)
+{
+	return Max(Places->size / PLACES_ROLE_SHARE, 1);
 }
 
 static void
@@ -201,13 +267,16 @@ FreeSlot(Place *p)
 }
 
 /*
- * TakeSlot - a free slot, reclaiming lapsed places (caller holds the lock
- * exclusively)
+ * TakeSlot - a free slot for a place of role, reclaiming lapsed places;
+ * 53400 when the role keeps its share already, or every place is taken
+ * (caller holds the lock exclusively)
  */
 static Place *
-TakeSlot(TimestampTz now)
+TakeSlot(TimestampTz now, Oid role)
 {
 	Place	   *free_slot = NULL;
+	int			roles_places = 0;
+	int			share = RoleShare();
 
 	for (int i = 0; i < Places->size; i++)
 	{
@@ -217,6 +286,23 @@ TakeSlot(TimestampTz now)
 			FreeSlot(p);
 		if (p->kind == PLACE_FREE && free_slot == NULL)
 			free_slot = p;
+		if (p->kind == PLACE_POLLER && p->role == role)
+			roles_places++;
+	}
+	if (roles_places >= share)
+	{
+		const char *role_name;
+
+		/* the name is looked up in the catalog: not while holding the lock */
+		LWLockRelease(Places->lock);
+		role_name = GetUserNameFromId(role, true);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many places in dlock's queues for role \"%s\"",
+						role_name ? role_name : "?"),
+				 errdetail("Role \"%s\" keeps %d places, its share: a quarter of dlock.max_queue_places (%d).",
+						   role_name ? role_name : "?", roles_places, Places->size),
+				 errhint("Give up places with dlock.release(name, owner) or let them lapse, or raise dlock.max_queue_places.")));
 	}
 	if (free_slot == NULL)
 	{
@@ -224,7 +310,7 @@ TakeSlot(TimestampTz now)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("too many places in dlock's queues"),
-				 errdetail("All %d places are taken.", Places->size),
+				 errdetail("All %d places of dlock.max_queue_places are taken.", Places->size),
 				 errhint("Raise dlock.max_queue_places.")));
 	}
 	pg_atomic_fetch_add_u32(&Places->in_use, 1);
@@ -259,12 +345,11 @@ PlacePoll(const LeaseName *name, const char *owner, int64 ttl_us, bool *head_see
 	}
 	if (mine == NULL)
 	{
-		mine = TakeSlot(now);
+		mine = TakeSlot(now, role);
 		mine->kind = PLACE_POLLER;
 		mine->dbid = MyDatabaseId;
 		mine->name_hash = name->hash;
 		mine->arrival = pg_atomic_fetch_add_u64(&Places->next_arrival, 1);
-		mine->pid = 0;
 		mine->role = role;
 		mine->owner_len = owner_len;
 		memcpy(mine->owner, owner, owner_len);
@@ -276,11 +361,18 @@ PlacePoll(const LeaseName *name, const char *owner, int64 ttl_us, bool *head_see
 	{
 		Place	   *p = &Places->slots[i];
 
-		if (p == mine || !SlotIsName(p, name) || !SlotIsLive(p, now))
+		if (p != mine && SlotIsName(p, name) && SlotIsLive(p, now) &&
+			p->arrival < mine->arrival)
+			first = false;
+	}
+	for (int i = 0; i < Places->nheads; i++)
+	{
+		HeadEntry  *h = &Heads[i];
+
+		if (!HeadIsName(h, name))
 			continue;
-		if (p->kind == PLACE_HEAD)
-			*head_seen = true;
-		if (p->arrival < mine->arrival)
+		*head_seen = true;
+		if (h->arrival < mine->arrival)
 			first = false;
 	}
 	LWLockRelease(Places->lock);
@@ -338,7 +430,7 @@ PlaceAhead(const LeaseName *name, uint64 arrival, TimestampTz *until)
 	{
 		Place	   *p = &Places->slots[i];
 
-		if (SlotIsName(p, name) && p->kind == PLACE_POLLER && SlotIsLive(p, now) &&
+		if (SlotIsName(p, name) && SlotIsLive(p, now) &&
 			(arrival == 0 || p->arrival < arrival))
 		{
 			ahead = true;
@@ -350,29 +442,59 @@ PlaceAhead(const LeaseName *name, uint64 arrival, TimestampTz *until)
 }
 
 /*
+ * PlaceWaitsFor - whether a live place, or the head of the acquire() queue,
+ * waits for the name (dlock.purge() keeps such a name)
+ */
+bool
+PlaceWaitsFor(const LeaseName *name)
+{
+	TimestampTz now;
+	bool		waits = false;
+
+	if (Places == NULL || pg_atomic_read_u32(&Places->in_use) == 0)
+		return false;
+	now = GetCurrentTimestamp();
+	LWLockAcquire(Places->lock, LW_SHARED);
+	for (int i = 0; i < Places->size && !waits; i++)
+		waits = SlotIsName(&Places->slots[i], name) && SlotIsLive(&Places->slots[i], now);
+	for (int i = 0; i < Places->nheads && !waits; i++)
+		waits = HeadIsName(&Heads[i], name);
+	LWLockRelease(Places->lock);
+	return waits;
+}
+
+/*
  * PlaceHeadBegin - this backend heads the name's acquire() queue, with the
  * arrival number it took when it started; pollers now see it.  Only needed
  * once places exist: a poller that finds a head without an entry knows
- * that head came first.
+ * that head came first.  Never fails for want of room: there is an entry
+ * per backend.
  */
 void
 PlaceHeadBegin(const LeaseName *name, uint64 arrival)
 {
-	Place	   *p;
+	HeadEntry  *h = NULL;
 
 	if (Places == NULL || MyHeadSlot >= 0 || pg_atomic_read_u32(&Places->in_use) == 0)
 		return;
 	LWLockAcquire(Places->lock, LW_EXCLUSIVE);
-	p = TakeSlot(GetCurrentTimestamp());
-	p->kind = PLACE_HEAD;
-	p->dbid = MyDatabaseId;
-	p->name_hash = name->hash;
-	p->arrival = arrival;
-	p->lapse_at = DT_NOEND;
-	p->pid = MyProcPid;
-	p->role = InvalidOid;
-	p->owner_len = 0;
-	MyHeadSlot = p - Places->slots;
+	for (int i = 0; i < Places->nheads && h == NULL; i++)
+	{
+		if (Heads[i].pid == 0)
+			h = &Heads[i];
+	}
+	/* Cannot happen: an entry per backend, and a backend takes one at most */
+	if (h == NULL)
+	{
+		LWLockRelease(Places->lock);
+		return;
+	}
+	h->pid = MyProcPid;
+	h->dbid = MyDatabaseId;
+	h->name_hash = name->hash;
+	h->arrival = arrival;
+	pg_atomic_fetch_add_u32(&Places->in_use, 1);
+	MyHeadSlot = h - Heads;
 	LWLockRelease(Places->lock);
 
 	/* once per backend: the exit of a waiting backend removes its entry */
@@ -397,9 +519,11 @@ PlaceHeadEnd(void)
 	if (Places == NULL || MyHeadSlot < 0)
 		return;
 	LWLockAcquire(Places->lock, LW_EXCLUSIVE);
-	if (Places->slots[MyHeadSlot].kind == PLACE_HEAD &&
-		Places->slots[MyHeadSlot].pid == MyProcPid)
-		FreeSlot(&Places->slots[MyHeadSlot]);
+	if (Heads[MyHeadSlot].pid == MyProcPid)
+	{
+		Heads[MyHeadSlot].pid = 0;
+		pg_atomic_fetch_sub_u32(&Places->in_use, 1);
+	}
 	LWLockRelease(Places->lock);
 	MyHeadSlot = -1;
 }

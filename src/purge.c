@@ -18,7 +18,9 @@
  *	  its ttl, never shorter than older_than after the exit;
  *	- no open transaction has fenced the name or is changing it, the
  *	  caller's own included;
- *	- nobody waits for the name.
+ *	- nobody waits for the name: no acquire() is in its queue
+ *	  (QueueIsEmpty), and no poller keeps a live place in it
+ *	  (PlaceWaitsFor, places.c).
  *
  * Why deleting cannot break the token rules.  dlock.fence() is true only
  * for the token of a live row, and there is no row: a purged name's old
@@ -33,9 +35,11 @@
  * fenced the name (fence pins last to the end of the fencing transaction)
  * or is changing it; the lock manager does not make a backend's locks
  * conflict with its own, so locks this transaction holds on the name are
- * looked for separately.  The queue is then probed (QueueIsEmpty), and the
- * row is read again and classified under the lock: the scan's copy is only a
- * candidate.
+ * looked for separately.  The queue and the places are then probed, and the
+ * rows are read again and classified under the lock: the scan's copy is only
+ * a candidate.  A place taken after the probe is a poller that came later:
+ * its poll waits for the purge as a grant does, and its place outlives the
+ * rows (places are kept by name, not by row).
  *
  * The lock is kept until the end of the transaction, not given back after
  * the delete.  The other functions read the row with SnapshotSelf, to which
@@ -46,20 +50,27 @@
  * then find no row.  The locks of names that are skipped are given back at
  * once, as nothing was changed.
  *
- * Each held lock takes an entry of the shared lock table, so one call
- * deletes at most PURGE_BATCH rows and returns how many it deleted; a job
- * that calls it again while it returns PURGE_BATCH, each call in its own
- * transaction, purges any number of names.  A grant of a name being purged
- * (a name nobody used for older_than) waits at most until the end of that
- * transaction, which deletes one batch; try_acquire() returns NULL then,
- * as for any name that is being changed.  purge() itself never waits for a
- * name's lock, so it cannot take part in a deadlock with dlock's other
- * calls, whatever its transaction holds.
+ * Each held lock takes an entry of the shared lock table: the name's lock,
+ * and a pin for each of its rows outside slot 0 (a semaphore of 16 permits
+ * has 16 rows: 16 locks).  So a call is budgeted by locks, not by names: it
+ * stops taking names once the locks it holds would pass PurgeLockBudget(),
+ * at most PURGE_MAX_LOCKS and at most a quarter of the lock table, and
+ * returns how many names it deleted.  The first name of a call is taken
+ * whatever its rows need, so that a name with more rows than the budget is
+ * purged too, by a call of its own.  A job that calls it again while it
+ * returns more than 0, each call in its own transaction, purges any number
+ * of names without running the lock table out (53200) for itself or for
+ * others.  A grant of a name being purged (a name nobody used for
+ * older_than) waits at most until the end of that transaction, which
+ * deletes one batch; try_acquire() returns NULL then, as for any name that
+ * is being changed.  purge() itself never waits for a name's lock, so it
+ * cannot take part in a deadlock with dlock's other calls, whatever its
+ * transaction holds.
  *
  * The table is scanned with SnapshotSelf, which takes no SSI predicate
  * locks, so a purge in a SERIALIZABLE transaction does not make other
  * transactions fail.  Consecutive calls in one backend continue the scan
- * where the previous one filled its batch, wrapping around once, so that a
+ * where the previous one spent its budget, wrapping around once, so that a
  * loop over a large table reads each page about once rather than once per
  * batch.
  *
@@ -88,9 +99,11 @@
 #include "access/tableam.h"
 #include "commands/dbcommands.h"
 #include "common/int.h"
+#include "access/twophase.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -104,11 +117,23 @@
 PG_FUNCTION_INFO_V1(dlock_purge);
 
 /*
- * Rows deleted by one call at most.  Each holds a lock until the end of the
- * transaction; the shared lock table has room for max_locks_per_transaction
- * (64 by default) times the number of backends, several thousand entries.
+ * Locks one call holds at most (but see PurgeLockBudget): each lasts until
+ * the end of the transaction.  The shared lock table has room for
+ * max_locks_per_transaction (64 by default) per backend and prepared
+ * transaction, several thousand entries by default; a call takes at most
+ * 1/PURGE_LOCK_TABLE_SHARE of them, and leaves the rest to every other
+ * transaction.
  */
-#define PURGE_BATCH		1000
+#define PURGE_MAX_LOCKS			1000
+#define PURGE_LOCK_TABLE_SHARE	4
+
+/* What PurgeName did with a candidate */
+typedef enum PurgeOutcome
+{
+	PURGE_DELETED,				/* its rows were deleted; locks held */
+	PURGE_SKIPPED,				/* it may not be purged now; no lock held */
+	PURGE_OVER_BUDGET			/* its locks would pass the budget */
+} PurgeOutcome;
 
 
 /* Where the next call in this backend starts its scan (see the header) */
@@ -123,6 +148,19 @@ static inline TimestampTz
 LeaseEndMoment(const LeaseRow *row)
 {
 	return row->ended ? row->ended_at : row->expires_at;
+}
+
+/*
+ * PurgeLockBudget - the locks one call may hold: PURGE_MAX_LOCKS, and no
+ * more than a quarter of the shared lock table (as PostgreSQL sizes it:
+ * max_locks_per_transaction per backend and prepared transaction)
+ */
+static int
+PurgeLockBudget(void)
+{
+	int64		table = (int64) max_locks_per_xact * (MaxBackends + max_prepared_xacts);
+
+	return (int) Max(Min(table / PURGE_LOCK_TABLE_SHARE, PURGE_MAX_LOCKS), 1);
 }
 
 /*
@@ -157,31 +195,33 @@ TakePin(const LeaseName *name, const LeaseRow *row, LOCKTAG *pin)
 
 /*
  * PurgeName - delete the rows of a candidate that the scan found, if it may
- * be purged: every row of the name (one per slot) must be; true if they
- * were deleted, in which case the name's lock and the pins of its other
- * slots stay held until the end of the transaction
+ * be purged: every row of the name (one per slot) must be.  room: the locks
+ * it may take (the name's lock and the pins of the rows outside slot 0).
+ * When the rows are deleted, those locks stay held until the end of the
+ * transaction, and *locks says how many they are.
  */
-static bool
-PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff)
+static PurgeOutcome
+PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff,
+		  int room, int *locks)
 {
 	LeaseRows	rows;
 	LOCKTAG    *pins;
 	int			pinned = 0;
+	int			need = 1;
 	bool		purge;
 	TimestampTz now;
 
 	if (HeldByThisTransaction(name))
-		return false;
+		return PURGE_SKIPPED;
 	if (!NameLockAcquire(name, DLOCK_GRANT_LOCKMODE, NoWait))
-		return false;
-	if (!QueueIsEmpty(name))
+		return PURGE_SKIPPED;
+	if (!QueueIsEmpty(name) || PlaceWaitsFor(name))
 	{
 		NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
-		return false;
+		return PURGE_SKIPPED;
 	}
 
 	LeaseStoreFetchAll(store, name, &rows);
-	pins = palloc(sizeof(LOCKTAG) * Max(rows.count, 1));
 	now = GetCurrentTimestamp();
 	purge = rows.count > 0;
 	for (int i = 0; i < rows.count && purge; i++)
@@ -191,32 +231,49 @@ PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff)
 
 		purge = LeaseEndMoment(row) <= cutoff &&
 			LeaseStatusNow(row, now, &until) == LEASE_FREE;
-		if (purge && row->slot != 0)
-		{
-			purge = TakePin(name, row, &pins[pinned]);
-			if (purge)
-				pinned++;
-		}
+		if (row->slot != 0)
+			need++;
+	}
+	if (!purge)
+	{
+		NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
+		return PURGE_SKIPPED;
+	}
+	if (need > room)
+	{
+		NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
+		return PURGE_OVER_BUDGET;
 	}
 
-	if (purge)
+	pins = palloc(sizeof(LOCKTAG) * rows.count);
+	for (int i = 0; i < rows.count && purge; i++)
 	{
-		for (int i = 0; i < rows.count; i++)
-			LeaseStoreDelete(store, &rows.row[i]);
-		return true;
+		if (rows.row[i].slot == 0)
+			continue;
+		purge = TakePin(name, &rows.row[i], &pins[pinned]);
+		if (purge)
+			pinned++;
 	}
-	while (--pinned >= 0)
-		LockRelease(&pins[pinned], DLOCK_GRANT_LOCKMODE, false);
-	NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
-	return false;
+	if (!purge)
+	{
+		while (--pinned >= 0)
+			LockRelease(&pins[pinned], DLOCK_GRANT_LOCKMODE, false);
+		NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
+		return PURGE_SKIPPED;
+	}
+
+	for (int i = 0; i < rows.count; i++)
+		LeaseStoreDelete(store, &rows.row[i]);
+	*locks = need;
+	return PURGE_DELETED;
 }
 
 /*
  * dlock_purge - SQL function dlock.purge(older_than)
  *
- * Deletes the rows of up to PURGE_BATCH names whose lease ended at least
- * older_than ago and that may be purged (see the header comment); returns
- * how many it deleted.
+ * Deletes the rows of names whose lease ended at least older_than ago and
+ * that may be purged, as many as its lock budget allows (see the header
+ * comment); returns how many names it deleted.
  */
 Datum
 dlock_purge(PG_FUNCTION_ARGS)
@@ -232,6 +289,9 @@ dlock_purge(PG_FUNCTION_ARGS)
 	MemoryContext row_context;
 	MemoryContext old_context;
 	int64		purged = 0;
+	int			budget = PurgeLockBudget();
+	int			held = 0;		/* locks held for the names deleted */
+	bool		stopped = false;	/* the budget is spent */
 
 	if (!dlock_database_ownercheck(MyDatabaseId, GetUserId()))
 		ereport(ERROR,
@@ -264,8 +324,7 @@ dlock_purge(PG_FUNCTION_ARGS)
 	row_context = AllocSetContextCreate(CurrentMemoryContext, "dlock purge row",
 										ALLOCSET_SMALL_SIZES);
 
-	while (purged < PURGE_BATCH &&
-		   (tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	while (!stopped && (tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		LeaseRow	row;
 		text	   *name_text;
@@ -282,16 +341,34 @@ dlock_purge(PG_FUNCTION_ARGS)
 		 */
 		if (LeaseEndMoment(&row) <= cutoff)
 		{
+			int			locks = 0;
+
 			LeaseNameInit(&name, VARDATA_ANY(name_text), VARSIZE_ANY_EXHDR(name_text));
-			if (PurgeName(&store, &name, cutoff))
-				purged++;
+			/* The first name is taken whatever it needs: calls progress */
+			switch (PurgeName(&store, &name, cutoff,
+							  held == 0 ? INT_MAX : budget - held, &locks))
+			{
+				case PURGE_DELETED:
+					purged++;
+					held += locks;
+					stopped = held >= budget;
+					break;
+				case PURGE_SKIPPED:
+					break;
+				case PURGE_OVER_BUDGET:
+					stopped = true;
+					break;
+			}
 		}
 		MemoryContextSwitchTo(old_context);
 		MemoryContextReset(row_context);
 	}
 
-	/* A full batch: the next call continues on the page this one ended on */
-	if (purged >= PURGE_BATCH && BlockNumberIsValid(hscan->rs_cblock))
+	/*
+	 * The budget spent: the next call continues on the page this one ended
+	 * on, where a name left for want of budget is
+	 */
+	if (stopped && BlockNumberIsValid(hscan->rs_cblock))
 		resume_block = hscan->rs_cblock;
 
 	table_endscan(scan);

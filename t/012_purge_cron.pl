@@ -3,6 +3,11 @@
 #    free and its lock is not held: the waiter at the head of the queue is
 #    stopped (SIGSTOP) while it sleeps, right after the release that frees
 #    the name;
+#  - names with many permit rows, on a server whose lock table is small
+#    (max_locks_per_transaction = 10): a call stops taking names once the
+#    locks it holds reach its budget, so it never runs the lock table out
+#    (53200), and repeated calls purge them all; a name whose rows alone
+#    need more locks than the budget is purged by a call of its own;
 #  - pg_cron runs dlock.purge() on a schedule: ended names go, live ones and
 #    those in their lock-delay stay.  Skipped when Debian's
 #    postgresql-15-cron is not installed.
@@ -21,6 +26,7 @@ my $have_cron = -e "$sharedir/extension/pg_cron.control";
 
 my $node = PostgreSQL::Test::Cluster->new('purge');
 $node->init;
+$node->append_conf('postgresql.conf', "max_connections = 10\nmax_locks_per_transaction = 10\n");
 if ($have_cron)
 {
 	$node->append_conf('postgresql.conf', qq{
@@ -44,8 +50,8 @@ SELECT 'granted-' || owner FROM dlock.acquire('queued', '1h', 'b');
 # The waiter holds the head of the queue and sleeps on its latch between
 # looks at the lease; stop it there, not while it holds the name's lock
 my $locks_of_waiter = qq{
-  SELECT string_agg(objsubid::text, ',' ORDER BY objsubid) FROM pg_locks
-   WHERE pid = $waiter AND locktype = 'advisory' AND granted};
+  SELECT string_agg(kind, ',' ORDER BY kind) FROM dlock.locks
+   WHERE pid = $waiter AND granted};
 my $stopped = 0;
 for my $attempt (1 .. 100)
 {
@@ -56,7 +62,7 @@ for my $attempt (1 .. 100)
 		kill 'STOP', $waiter;
 		my $state = $node->safe_psql('postgres',
 			qq{SELECT wait_event_type FROM pg_stat_activity WHERE pid = $waiter});
-		if ($state eq 'Extension' && $node->safe_psql('postgres', $locks_of_waiter) eq '17485')
+		if ($state eq 'Extension' && $node->safe_psql('postgres', $locks_of_waiter) eq 'queue')
 		{
 			$stopped = 1;
 			last;
@@ -79,6 +85,65 @@ is($bg->query_safe(q{SELECT dlock.release('queued', 'b')}), 't', 'and releases i
 is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}), '1',
 	'then nobody waits, and the name is purged');
 $bg->quit;
+
+note 'names with many permit rows, and a small lock table';
+# Each name has 16 rows, one per permit: purging it holds the name's lock
+# and the pins of 15 rows until the end of the transaction.  One call that
+# took every name would need 100 * 16 locks, several times what the lock
+# table has room for here.
+$node->safe_psql('postgres', q{
+CREATE PROCEDURE permits(prefix text, names int, permits int)
+LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. names LOOP
+    PERFORM dlock.try_acquire(prefix || i, '1h', 'o' || j, max_holders => permits)
+       FROM generate_series(1, permits) j;
+    PERFORM dlock.release(prefix || i, 'o' || j) FROM generate_series(1, permits) j;
+    COMMIT;
+  END LOOP;
+END $$;
+CALL permits('permits:', 100, 16);
+});
+my ($rows, $room) = split /\|/, $node->safe_psql('postgres', q{
+SELECT (SELECT count(*) FROM dlock.lease_state WHERE name LIKE 'permits:%'),
+       current_setting('max_locks_per_transaction')::int *
+       (current_setting('max_connections')::int + current_setting('autovacuum_max_workers')::int + 1 +
+        current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int +
+        current_setting('max_prepared_transactions')::int)});
+is($rows, 1600, '100 names with 16 ended permit rows each');
+cmp_ok($rows, '>', 2 * $room, "more rows than twice the lock table's $room entries");
+
+my ($calls, $purged, $most_locks, $failure) = (0, 0, 0, '');
+while ($calls < 1000)
+{
+	my ($ret, $out, $err) = $node->psql('postgres', q{
+BEGIN;
+SELECT dlock.purge('0') || ' ' || (SELECT count(*) FROM dlock.locks WHERE pid = pg_backend_pid());
+COMMIT;});
+	if ($ret != 0)
+	{
+		$failure = $err;
+		last;
+	}
+	$calls++;
+	my ($n, $locks) = split / /, $out;
+	$purged += $n;
+	$most_locks = $locks if $locks > $most_locks;
+	last if $n == 0;
+}
+is($failure, '', 'no call fails (53200 out of shared memory before)');
+is($purged, 100, 'repeated calls purge every name');
+cmp_ok($calls, '>', 2, "over several calls ($calls)");
+cmp_ok($most_locks, '<=', int($room / 4),
+	"a call holds at most $most_locks locks, within its budget: a quarter of the lock table");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state WHERE name LIKE 'permits:%'}),
+	'0', 'no permit row is left');
+
+$node->safe_psql('postgres', q{CALL permits('wide:', 2, 100);});
+is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}), '1',
+	'a name whose 100 rows need more locks than the budget is purged, by a call of its own');
+is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}), '1', 'and the next one by the next call');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state}), '0', 'nothing is left');
 
 SKIP:
 {

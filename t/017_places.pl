@@ -7,6 +7,15 @@
 # poll; release() gives a place up; places and acquire() waiters form one
 # queue in arrival order, whichever came first.  Without preloading,
 # queue => true is refused (sql/errors.sql).
+#
+# Shares: a role keeps at most a quarter of dlock.max_queue_places (40
+# here: 10 each), and is refused (53400, naming its share) beyond; other
+# roles still poll; once every place is taken, acquire() of any name, by any
+# role, still works: the head of an acquire() queue never needs a place of
+# the pollers' pool.
+#
+# Purge: dlock.purge() leaves a name that a live place waits for, and
+# deletes it once the place is given back or lapses.
 
 use strict;
 use warnings FATAL => 'all';
@@ -18,7 +27,8 @@ use Time::HiRes qw(time sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('places');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'dlock'\ndlock.max_queue_places = 40\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 
@@ -151,6 +161,80 @@ is(release('x', 'p0'), 't', 'p0 gives up its place');
 is(release('x', 'h'), 't', 'h releases');
 like(poll('x', 'p1'), qr/^\d+$/, 'a new poller is granted: no head entry was left by the cancelled waiter');
 is(release('x', 'p1'), 't', 'p1 releases');
+
+note 'purge leaves a name that a place waits for';
+$node->safe_psql('postgres', 'CREATE DATABASE purging');
+$node->safe_psql('purging', 'CREATE EXTENSION dlock');
+# in_db(db, sql): one statement in a database; its result, or its error
+sub in_db
+{
+	my ($db, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql($db, $sql);
+	return $ret == 0 ? $out : $err;
+}
+like(in_db('purging', q{SELECT token FROM dlock.try_acquire('e', '200ms', 'h', '0')}),
+	qr/^\d+$/, 'h holds e for 200ms');
+is(in_db('purging', q{SELECT dlock.try_acquire('e', '1h', 'p', queue => true) IS NULL}),
+	't', 'p polls and keeps its place for an hour');
+like(in_db('purging', q{SELECT token FROM dlock.try_acquire('f', '200ms', 'h', '0')}),
+	qr/^\d+$/, 'h holds f for 200ms');
+is(in_db('purging', q{SELECT dlock.try_acquire('f', '2s', 'p', queue => true) IS NULL}),
+	't', 'p polls f too, with a place that lapses after 2s');
+sleep 0.3;
+is(in_db('purging', q{SELECT string_agg(name || ' ' || state, ', ' ORDER BY name) FROM dlock.leases}),
+	'e expired, f expired', 'both leases expired');
+is(in_db('purging', q{SELECT dlock.purge('0')}), '0', 'purge leaves the names that places wait for');
+is(in_db('purging', q{SELECT dlock.release('e', 'p')}), 't', 'p gives up its place in e');
+is(in_db('purging', q{SELECT dlock.purge('0')}), '1', 'then purge deletes e');
+is(in_db('purging', q{SELECT name FROM dlock.lease_state}), 'f', 'and leaves f');
+sleep 2;
+is(in_db('purging', q{SELECT dlock.purge('0')}), '1', 'and f, once its place lapsed');
+is(in_db('purging', q{SELECT count(*) FROM dlock.lease_state}), '0', 'nothing is left');
+
+note "a role's share of the places, and acquire() when they are all taken";
+$node->safe_psql('postgres', q{
+CREATE ROLE regress_poller1; CREATE ROLE regress_poller2;
+CREATE ROLE regress_poller3; CREATE ROLE regress_poller4;
+CREATE ROLE regress_other;
+SELECT dlock.try_acquire('held:' || i, '1h', 'h') FROM generate_series(1, 11) i;
+});
+# places(role, from, to): role polls held:from .. held:to, one poll each;
+# how many were refused with a place kept, or the first error
+sub places
+{
+	my ($role, $from, $to) = @_;
+	return in_db('postgres', qq{SET ROLE $role;
+SELECT count(*) FROM generate_series($from, $to) i,
+       LATERAL dlock.try_acquire('held:' || i, '1h', 'p', queue => true) l
+ WHERE l IS NULL});
+}
+is(places('regress_poller1', 1, 10), '10', 'one role keeps 10 places, its share');
+my $refused = places('regress_poller1', 11, 11);
+like($refused, qr/ERROR:  too many places in dlock's queues for role "regress_poller1"/,
+	'its 11th place is refused');
+like($refused, qr/DETAIL:  Role "regress_poller1" keeps 10 places, its share: a quarter of dlock.max_queue_places \(40\)\./,
+	'the error names the share');
+like($refused, qr/HINT:  .*dlock.max_queue_places/, 'and the setting to raise');
+is(places('regress_other', 1, 1), '1', 'another role still polls and keeps a place');
+is(in_db('postgres', q{SET ROLE regress_other; SELECT dlock.release('held:1', 'p')}), 't',
+	'and gives it back');
+is(places('regress_poller1', 1, 10), '10', 'polling again keeps the same 10 places');
+is(places('regress_poller2', 1, 10), '10', 'a second role keeps 10');
+is(places('regress_poller3', 1, 10), '10', 'a third');
+is(places('regress_poller4', 1, 10), '10', 'a fourth: all 40 places are taken');
+like(places('regress_other', 1, 1), qr/ERROR:  too many places in dlock's queues\nDETAIL:  All 40 places/,
+	'a poller of a fifth role is refused: every place is taken');
+
+like(in_db('postgres', q{SET ROLE regress_other;
+SELECT token FROM dlock.acquire('free', '10s', 'w')}), qr/^\d+$/,
+	'acquire() of a free name still works, by any role');
+like(in_db('purging', q{SELECT token FROM dlock.acquire('free', '10s', 'w')}), qr/^\d+$/,
+	'in any database');
+$w = waiter('held:11', 'w');
+is(in_db('postgres', q{SELECT dlock.release('held:11', 'h')}), 't', 'a waiter heads a queue; the holder releases');
+like($w->query_until(qr/granted-w/, ''), qr/granted-w/, 'and the waiter is granted');
+$w->quit;
+is(in_db('postgres', q{SELECT dlock.release('held:11', 'w')}), 't', 'w releases');
 
 $node->stop;
 done_testing();
