@@ -117,10 +117,13 @@ DlockShmemStartup(void)
  *	5. waiting.c wakes the queue heads and watchers of names this
  *	   transaction granted or ended, and counts this session out of the
  *	   queues and watches it was in (their locks go with the transaction).
- *	   At COMMIT the change is visible, so the head is granted; at PREPARE
- *	   it is not yet, but the head then waits in the lock manager for the
- *	   prepared transaction's lock on the name, which COMMIT PREPARED (in
- *	   any backend) releases, waking it at once.
+ *	   It runs after the commit record because who is to be woken is
+ *	   looked up only once the change is visible to them (a head or
+ *	   watcher that arrives later reads the change itself), and before
+ *	   the locks are released, so the head finds the name free.  At
+ *	   PREPARE the change is not visible yet, but the head then waits in
+ *	   the lock manager for the prepared transaction's lock on the name,
+ *	   which COMMIT PREPARED (in any backend) releases, waking it at once.
  *	6. durability.c forgets what it noted about the transaction.
  *	7. places.c removes this backend's entry as the head of an acquire()
  *	   queue, left by an acquire() that an error ended (ABORT).

@@ -6,7 +6,7 @@
  *	  dlock.lease_states(), the function behind the view dlock.leases.
  *
  * Every rule about states is written here once; the functions that grant,
- * change and check leases (lease_api.c, fence.c, session.c) and the view
+ * change and check leases (grant.c, fence.c, session.c) and the view
  * all classify rows with LeaseClassify(), so the view shows what the
  * functions act on.  Times are on the server's clock (GetCurrentTimestamp(),
  * the value clock_timestamp() returns).

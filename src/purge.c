@@ -30,8 +30,8 @@
  *
  * Why it is safe against concurrent calls.  For each candidate that a scan
  * of the table finds, purge() takes the name's lock in DLOCK_GRANT_LOCKMODE
- * with a conditional request.  That mode conflicts with the fence, change
- * and grant locks, so getting it proves that no other transaction has
+ * with a conditional request.  That mode conflicts with every mode of the
+ * conflict rule (grant.c), so getting it proves that no other transaction has
  * fenced the name (fence pins last to the end of the fencing transaction)
  * or is changing it; the lock manager does not make a backend's locks
  * conflict with its own, so locks this transaction holds on the name are
@@ -113,6 +113,7 @@
 
 #include "dlock.h"
 #include "dlock_compat.h"
+#include "test_hooks.h"
 
 PG_FUNCTION_INFO_V1(dlock_purge);
 
@@ -175,7 +176,9 @@ HeldByThisTransaction(const LeaseName *name)
 
 	DlockLockTag(&tag, DLOCK_SPACE_NAME, name->hash);
 	return dlock_lock_held_by_me(&tag, DLOCK_FENCE_LOCKMODE) ||
+		dlock_lock_held_by_me(&tag, DLOCK_ALONGSIDE_LOCKMODE) ||
 		dlock_lock_held_by_me(&tag, DLOCK_CHANGE_LOCKMODE) ||
+		dlock_lock_held_by_me(&tag, DLOCK_SERIAL_LOCKMODE) ||
 		dlock_lock_held_by_me(&tag, DLOCK_GRANT_LOCKMODE);
 }
 
@@ -222,6 +225,7 @@ PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff,
 	}
 
 	LeaseStoreFetchAll(store, name, &rows);
+	DLOCK_PAUSE("purge_read");
 	now = GetCurrentTimestamp();
 	purge = rows.count > 0;
 	for (int i = 0; i < rows.count && purge; i++)
@@ -262,6 +266,7 @@ PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff,
 		return PURGE_SKIPPED;
 	}
 
+	DLOCK_PAUSE("purge_pin");
 	for (int i = 0; i < rows.count; i++)
 		LeaseStoreDelete(store, &rows.row[i]);
 	*locks = need;

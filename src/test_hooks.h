@@ -21,7 +21,7 @@
  *	change_read, change_decide,			renew, release, re-acquire
  *	change_claim
  *	set_read, set_pin					the *_all functions
- *	purge_read, purge_pin				dlock.purge()
+ *	purge_read, purge_pin				dlock.purge(), holding the name's lock
  *	watch_read							dlock.watch()
  *
  * Copyright (c) 2026, dlock developers

@@ -227,11 +227,11 @@ $node->poll_query_until('postgres',
   or die 'the waiter did not wait';
 is(sql(qq{SELECT string_agg(kind || ' ' || coalesce(name, '(unknown)') || ' ' || mode, ', ' ORDER BY name, mode)
 	FROM dlock.locks WHERE pid = $holder_pid AND granted}),
-	'name l:x AccessExclusiveLock, name l:x ShareUpdateExclusiveLock, name (unknown) AccessExclusiveLock, name (unknown) ShareUpdateExclusiveLock',
+	'name l:x AccessExclusiveLock, name l:x ShareRowExclusiveLock, name (unknown) AccessExclusiveLock, name (unknown) ShareRowExclusiveLock',
 	'the uncommitted grant of l:x; a first grant has no committed name yet');
 is(sql(qq{SELECT string_agg(kind || ' ' || name || ' ' || mode || ' ' || granted || ' ' || (waitstart IS NOT NULL), ', ' ORDER BY kind)
 	FROM dlock.locks WHERE pid = $waiter_pid}),
-	'name l:x ShareUpdateExclusiveLock false true, queue l:x ExclusiveLock true false',
+	'name l:x ShareRowExclusiveLock false true, queue l:x ExclusiveLock true false',
 	'the waiter: head of the queue, waiting for the name since waitstart');
 $holder->query_safe(q{COMMIT});
 $holder->query_safe(q{SELECT dlock.release('l:x', 'h')});
