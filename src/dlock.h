@@ -55,9 +55,11 @@ typedef enum DlockLockSpace
 	DLOCK_SPACE_SESSION = 17486,	/* key: token; held by a session-bound holder */
 	DLOCK_SPACE_WATCH = 17487,	/* key: name hash; held by dlock.watch() callers */
 	DLOCK_SPACE_TOKEN = 17488,	/* key: token; pins a token of a slot > 0 */
-	DLOCK_SPACE_CLAIM = 17489	/* key: name hash mixed with a slot or an
+	DLOCK_SPACE_CLAIM = 17489,	/* key: name hash mixed with a slot or an
 								 * owner: who writes a slot > 0, or grants
 								 * alongside for an owner */
+	DLOCK_SPACE_EPOCH = 17490	/* key 0: moves the token counter to a new
+								 * epoch (token.c) */
 } DlockLockSpace;
 
 /*
@@ -270,7 +272,11 @@ extern bool LeaseStoreFetchToken(LeaseStore *store, const LeaseName *name,
 extern void LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row);
 extern text *LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row);
 extern void LeaseStoreDelete(LeaseStore *store, LeaseRow *row);
-extern int64 LeaseStoreNextToken(void);
+extern Oid	LeaseStoreTokenSequence(void);
+extern Oid	LeaseStoreTokenEpoch(void);
+
+/* token.c */
+extern int64 TokenNext(void);
 
 /* A scan of every lease row, through a given snapshot (lease_store.c) */
 typedef struct LeaseStoreScan LeaseStoreScan;

@@ -131,4 +131,11 @@ dlock_init_materialized_srf(FunctionCallInfo fcinfo)
 #define dlock_database_ownercheck(dbid, roleid) pg_database_ownercheck(dbid, roleid)
 #endif
 
+/* The timeline that WAL is written on now (a primary's) */
+#if PG_VERSION_NUM >= 150000
+#define dlock_insert_timeline() GetWALInsertionTimeLine()
+#else
+#define dlock_insert_timeline() ThisTimeLineID
+#endif
+
 #endif							/* DLOCK_COMPAT_H */

@@ -181,7 +181,7 @@ EndLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
 
 /*
  * GrantLeaseWithToken - write the grant of a token that the caller took
- * from LeaseStoreNextToken() into row (GrantTargetRow); the caller holds
+ * from TokenNext() into row (GrantTargetRow); the caller holds
  * the grant's pins (GrantPinsTake) or, alongside, its slot's claim
  */
 void
@@ -236,7 +236,7 @@ GrantNewLease(LeaseStore *store, const GrantRequest *req, LeaseRow *row)
 {
 	if (req->session_bound)
 		SessionLeasePrune();
-	GrantLeaseWithToken(store, req, row, LeaseStoreNextToken());
+	GrantLeaseWithToken(store, req, row, TokenNext());
 }
 
 /*

@@ -202,7 +202,7 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 	}
 
 	DLOCK_PAUSE("set_pin");
-	token = LeaseStoreNextToken();
+	token = TokenNext();
 	for (int i = 0; i < req->count; i++)
 	{
 		GrantRequest grant;

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * lease_store.c
- *	  Reading and writing lease rows of dlock.lease_state, and issuing tokens.
+ *	  Reading and writing lease rows of dlock.lease_state, and finding dlock's
+ *	  relations (tokens are issued by token.c).
  *
  * The table is read and written directly through the heap and its primary
  * key index, not through SPI, for two reasons:
@@ -78,6 +79,7 @@
 #define LEASE_TABLE			"lease_state"
 #define LEASE_INDEX			"lease_state_pkey"
 #define TOKEN_SEQUENCE		"token_seq"
+#define TOKEN_EPOCH_TABLE	"token_epoch"
 
 /* Columns of dlock.lease_state, in the order dlock--1.0.sql creates them */
 #define Anum_lease_name			1
@@ -115,6 +117,8 @@
 static Oid	lease_table_oid = InvalidOid;
 static Oid	lease_index_oid = InvalidOid;
 static Oid	token_seq_oid = InvalidOid;
+static Oid	token_epoch_oid = InvalidOid;
+static bool token_epoch_looked_up = false;	/* InvalidOid: before 1.2 */
 
 /* Counts the invalidations above: answers derived from the store expire */
 static uint64 lease_store_generation = 0;
@@ -123,11 +127,14 @@ static void
 ForgetDlockRelations(Datum arg pg_attribute_unused(), Oid relid)
 {
 	if (!OidIsValid(relid) || relid == lease_table_oid ||
-		relid == lease_index_oid || relid == token_seq_oid)
+		relid == lease_index_oid || relid == token_seq_oid ||
+		relid == token_epoch_oid)
 	{
 		lease_table_oid = InvalidOid;
 		lease_index_oid = InvalidOid;
 		token_seq_oid = InvalidOid;
+		token_epoch_oid = InvalidOid;
+		token_epoch_looked_up = false;
 		lease_store_generation++;
 	}
 }
@@ -250,6 +257,36 @@ CachedDlockRelation(Oid *cached, const char *relname, Oid owning_table)
 	if (!OidIsValid(*cached))
 		*cached = LookupDlockRelation(relname, owning_table);
 	return *cached;
+}
+
+/*
+ * LeaseStoreTokenSequence - dlock.token_seq, the token counter
+ */
+Oid
+LeaseStoreTokenSequence(void)
+{
+	return CachedDlockRelation(&token_seq_oid, TOKEN_SEQUENCE, InvalidOid);
+}
+
+/*
+ * LeaseStoreTokenEpoch - dlock.token_epoch (token.c), or InvalidOid while
+ * the extension's objects are those of a version before 1.2, which has no
+ * such table (ALTER EXTENSION dlock UPDATE has not run yet)
+ */
+Oid
+LeaseStoreTokenEpoch(void)
+{
+	if (!token_epoch_looked_up)
+	{
+		Oid			extoid = get_extension_oid(DLOCK_EXTENSION, true);
+
+		token_epoch_oid = InvalidOid;
+		if (OidIsValid(extoid) &&
+			OidIsValid(get_relname_relid(TOKEN_EPOCH_TABLE, ExtensionSchema(extoid))))
+			token_epoch_oid = LookupDlockRelation(TOKEN_EPOCH_TABLE, InvalidOid);
+		token_epoch_looked_up = true;
+	}
+	return token_epoch_oid;
 }
 
 /*
@@ -684,63 +721,4 @@ LeaseStoreDelete(LeaseStore *store, LeaseRow *row)
 
 	/* Later reads in this transaction must not see the row any more */
 	CommandCounterIncrement();
-}
-
-/*
- * FlushSequenceLogAhead - flush the WAL up to the last change of seqrelid's
- * page
- *
- * nextval() WAL-logs a sequence some values ahead of the one it returns and
- * then hands out the following values without writing WAL, until the logged
- * range is used up.  That record reaches the disk only when something
- * flushes the WAL up to it.  If a crash loses it, recovery restores the
- * sequence as it was before, and the values handed out since come again.
- *
- * It is not enough to look at whether our own nextval() wrote WAL: another
- * backend may have written the record that covers our value and not yet
- * flushed it (its transaction is still running, or committed without
- * waiting for its flush).  Every such record updates the page's LSN while
- * the buffer is locked exclusively, so once our nextval() has returned, the
- * page LSN is at or past the record covering our value.  Flushing up to it
- * costs nothing when that is already on disk, which it is for all but the
- * first value of each logged range (and the first after a checkpoint, when
- * nextval() logs the page again).
- */
-static void
-FlushSequenceLogAhead(Oid seqrelid)
-{
-	Relation	seqrel;
-	Buffer		buf;
-	XLogRecPtr	lsn;
-
-	/* nextval() holds a stronger lock until the end of the transaction */
-	seqrel = relation_open(seqrelid, AccessShareLock);
-	buf = ReadBuffer(seqrel, 0);
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	lsn = PageGetLSN(BufferGetPage(buf));
-	UnlockReleaseBuffer(buf);
-	relation_close(seqrel, NoLock);
-
-	XLogFlush(lsn);
-}
-
-/*
- * LeaseStoreNextToken - the next fencing token, from dlock.token_seq
- *
- * The sequence is WAL-logged ahead of the values it hands out, and that
- * record is flushed before a value is handed out (FlushSequenceLogAhead), so
- * a token can never be handed out twice, not even across crash recovery and
- * not even when the grant that took it is lost.  Callers need no privilege
- * on the sequence.
- */
-int64
-LeaseStoreNextToken(void)
-{
-	Oid			seqrelid = CachedDlockRelation(&token_seq_oid, TOKEN_SEQUENCE,
-											   InvalidOid);
-	int64		token;
-
-	token = nextval_internal(seqrelid, false);
-	FlushSequenceLogAhead(seqrelid);
-	return token;
 }
