@@ -44,6 +44,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $started = time;
+# A signal ends the test through the END block, which stops what it started
+$SIG{$_} = sub { die "terminated by SIG$_[0]\n" } for qw(INT TERM HUP);
 my $bindir = $ENV{PG_BINDIR} or die 'PG_BINDIR is not set';
 my $dlock = $ENV{DLOCK_CLI} or die 'DLOCK_CLI is not set';
 my $workload = $ENV{HA_WORKLOAD} or die 'HA_WORKLOAD is not set';
@@ -73,15 +75,21 @@ sub free_port
 	die 'no free port';
 }
 
-# psql - run SQL (given on stdin, so that it may be long) against a conninfo
+# psql - run SQL (given on stdin, so that it may be long) against a conninfo;
+# a psql that cannot connect exits before reading it, which must not kill
+# the test with SIGPIPE
 sub psql
 {
 	my ($conninfo, $sql) = @_;
 	my ($out, $err) = ('', '');
-	IPC::Run::run([ "$bindir/psql", '-X', '-At', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conninfo ],
-		'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
+	local $SIG{PIPE} = 'IGNORE';
+	my $ok = eval {
+		IPC::Run::run([ "$bindir/psql", '-X', '-At', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conninfo ],
+			'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
+	};
+	$err .= $@ if $@;
 	chomp $out;
-	return wantarray ? ($? == 0, $out, $err) : $out;
+	return wantarray ? ($ok && $? == 0, $out, $err) : $out;
 }
 
 sub poll_until
