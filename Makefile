@@ -93,7 +93,7 @@ uninstall-cli:
 test:
 	bash scripts/test.sh
 
-# dlock under a real HA manager (pg_auto_failover): switchover and crash
+# dlock under real HA managers (pg_auto_failover, then Patroni with etcd): switchover and crash
 test-ha:
 	bash test/ha/run.sh
 

@@ -1,0 +1,522 @@
+# dlock under Patroni (Debian's patroni 3.0): a single-node etcd and three
+# Patroni nodes, PostgreSQL 15 with dlock in shared_preload_libraries, all
+# on 127.0.0.1.
+#
+# A lock-guarded workload (test/ha/patroni/workload.c) connects through a
+# multi-host conninfo with target_session_attrs=read-write and reconnects on
+# errors; it acquires, writes under dlock.fence() and releases, while
+# "keepers" take a new one-hour lease each time and never release; every
+# acknowledged grant and write is logged with the port of the server that
+# answered.  Four rounds: a switchover (patronictl switchover) and a kill -9
+# of the leader's postmaster (primary_start_timeout 0, so Patroni fails over
+# rather than restarting it), first with synchronous_mode and
+# synchronous_mode_strict on, then with synchronous mode off.
+#
+# After each round, on the new leader:
+#  - synchronous mode: no acknowledged fenced write is missing, every
+#    acknowledged keeper's grant is live with its owner and token and
+#    fences true, three leases taken at the start keep owner and token;
+#  - asynchronous mode: the acknowledged grants that are not there (lost)
+#    fence false, also after the new leader granted the names again;
+#  - both: every token the new leader issued is larger than every token any
+#    client was given before (lost ones included), and so is the next one.
+# A "dlock run" with the multi-host URI keeps its child writing under the
+# fence across both rounds of each mode (or, with synchronous mode off,
+# stops it with status 79 when its lease was lost, as documented), and a
+# "dlock run --wait" started while the leader is gone starts its command on
+# the new leader.
+#
+# Run by test/ha/patroni/run.sh (make test-ha) as an unprivileged user:
+# initdb refuses root.  PG_BINDIR names the server's bin directory,
+# DLOCK_CLI the dlock command, HA_WORKLOAD the compiled workload; PATRONI,
+# PATRONICTL and ETCD the programs when they are not on the PATH.
+
+use strict;
+use warnings FATAL => 'all';
+
+use File::Temp qw(tempdir);
+use HTTP::Tiny;
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use List::Util qw(max min);
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $started = time;
+# A signal ends the test through the END block, which stops what it started
+$SIG{$_} = sub { die "terminated by SIG$_[0]\n" } for qw(INT TERM HUP);
+my $bindir = $ENV{PG_BINDIR} or die 'PG_BINDIR is not set';
+my $dlock = $ENV{DLOCK_CLI} or die 'DLOCK_CLI is not set';
+my $workload = $ENV{HA_WORKLOAD} or die 'HA_WORKLOAD is not set';
+my $patroni = $ENV{PATRONI} // 'patroni';
+my $patronictl = $ENV{PATRONICTL} // 'patronictl';
+my $etcd = $ENV{ETCD} // 'etcd';
+my $base = tempdir('dlock-patroni-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+mkdir "$base/logs";
+delete $ENV{$_} for qw(PGHOST PGPORT PGDATABASE PGUSER PGSERVICE PGDATA PGTARGETSESSIONATTRS);
+$ENV{PATH} = "$bindir:$ENV{PATH}";
+my $user = getpwuid($<);
+
+# free_port - a port nobody listens on at 127.0.0.1
+my %taken;
+sub free_port
+{
+	for my $port (map { 20000 + int(rand(20000)) } 1 .. 200)
+	{
+		next if $taken{$port};
+		my $sock = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
+			Proto => 'tcp', ReuseAddr => 0);
+		next unless $sock;
+		close $sock;
+		$taken{$port} = 1;
+		return $port;
+	}
+	die 'no free port';
+}
+
+# psql - run SQL (given on stdin, so that it may be long) against a conninfo;
+# a psql that cannot connect exits before reading it, which must not kill
+# the test with SIGPIPE
+sub psql
+{
+	my ($conninfo, $sql) = @_;
+	my ($out, $err) = ('', '');
+	local $SIG{PIPE} = 'IGNORE';
+	my $ok = eval {
+		IPC::Run::run([ "$bindir/psql", '-X', '-At', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conninfo ],
+			'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
+	};
+	$err .= $@ if $@;
+	chomp $out;
+	return wantarray ? ($ok && $? == 0, $out, $err) : $out;
+}
+
+sub poll_until
+{
+	my ($what, $seconds, $check) = @_;
+	my $until = time + $seconds;
+	while (time < $until)
+	{
+		my $ok = eval { $check->() };
+		return 1 if $ok;
+		sleep 0.2;
+	}
+	die "timed out after $seconds s: $what";
+}
+
+# Every service runs in the foreground under us and is stopped by its pid
+my %service;
+sub run_service
+{
+	my ($name, @cmd) = @_;
+	$service{$name} = IPC::Run::start([@cmd], '>>', "$base/logs/$name.log", '2>&1');
+}
+sub stop_service
+{
+	my ($name) = @_;
+	my $h = delete $service{$name} or return;
+	$h->signal('TERM');
+	eval { $h->finish; 1 } or $h->kill_kill(grace => 30);
+}
+my @runs;    # dlock run harnesses still running
+END
+{
+	for my $h (@runs) { eval { $h->signal('TERM') if $h->pumpable; $h->finish if $h->pumpable; 1 } or eval { $h->kill_kill(grace => 5) } }
+	stop_service($_) for grep { /^node/ } keys %service;
+	stop_service($_) for keys %service;
+}
+
+# ---- etcd and three Patroni nodes ----
+my ($etcd_client, $etcd_peer) = (free_port(), free_port());
+run_service('etcd', $etcd, '--name', 'dlock-ha', '--data-dir', "$base/etcd",
+	'--listen-client-urls', "http://127.0.0.1:$etcd_client",
+	'--advertise-client-urls', "http://127.0.0.1:$etcd_client",
+	'--listen-peer-urls', "http://127.0.0.1:$etcd_peer",
+	'--initial-advertise-peer-urls', "http://127.0.0.1:$etcd_peer",
+	'--initial-cluster', "dlock-ha=http://127.0.0.1:$etcd_peer", '--log-level', 'warn');
+my $http = HTTP::Tiny->new(timeout => 2);
+poll_until('etcd answers', 30, sub { $http->get("http://127.0.0.1:$etcd_client/health")->{content} =~ /"health":"true"/ });
+
+# Patroni's settings: a leader key of 10 s checked every second, so that a
+# crash is noticed at once; primary_start_timeout 0, so that a crashed
+# leader is failed over from rather than restarted; a
+# maximum_lag_on_failover of 16 MB, so that the second of replication lag
+# the crash round makes does not keep the standbys from being promoted;
+# dlock in shared_preload_libraries under postgresql.parameters.
+my @nodes = qw(node1 node2 node3);
+my (%pgport, %apiport);
+for my $node (@nodes)
+{
+	($pgport{$node}, $apiport{$node}) = (free_port(), free_port());
+	my $yml = <<"EOF";
+scope: dlock-ha
+namespace: /dlock/
+name: $node
+restapi:
+  listen: 127.0.0.1:$apiport{$node}
+  connect_address: 127.0.0.1:$apiport{$node}
+etcd3:
+  host: 127.0.0.1:$etcd_client
+bootstrap:
+  dcs:
+    ttl: 10
+    loop_wait: 1
+    retry_timeout: 3
+    maximum_lag_on_failover: 16777216
+    primary_start_timeout: 0
+    synchronous_mode: true
+    synchronous_mode_strict: true
+    postgresql:
+      use_pg_rewind: true
+      use_slots: true
+      parameters:
+        shared_preload_libraries: dlock
+        wal_keep_size: 256MB
+        max_connections: 60
+  initdb:
+    - encoding: UTF8
+    - auth: trust
+postgresql:
+  listen: 127.0.0.1:$pgport{$node}
+  connect_address: 127.0.0.1:$pgport{$node}
+  data_dir: $base/$node
+  bin_dir: $bindir
+  pgpass: $base/$node.pgpass
+  authentication:
+    superuser:
+      username: $user
+    replication:
+      username: replicator
+  parameters:
+    unix_socket_directories: '$base'
+  pg_hba:
+    - local all all trust
+    - local replication all trust
+    - host all all 127.0.0.1/32 trust
+    - host replication all 127.0.0.1/32 trust
+watchdog:
+  mode: off
+EOF
+	open my $fh, '>', "$base/$node.yml" or die $!;
+	print $fh $yml;
+	close $fh;
+}
+run_service($_, $patroni, "$base/$_.yml") for @nodes;
+
+# members - {name => {role, state, timeline, ...}} from any node that answers
+sub members
+{
+	for my $node (@nodes)
+	{
+		my $r = $http->get("http://127.0.0.1:$apiport{$node}/cluster");
+		next unless $r->{success};
+		return { map { $_->{name} => $_ } @{ decode_json($r->{content})->{members} } };
+	}
+	return {};
+}
+sub describe
+{
+	my $m = members();
+	return join ' ', map { "$_:$m->{$_}{role}/$m->{$_}{state}" } sort keys %$m;
+}
+# leader - the node whose PostgreSQL is the running, writable leader
+sub leader
+{
+	my $m = members();
+	my ($l) = grep { $m->{$_}{role} eq 'leader' && $m->{$_}{state} eq 'running' } keys %$m;
+	return undef unless $l;
+	return $l if psql(conninfo($l), 'SELECT NOT pg_is_in_recovery()') eq 't';
+	return undef;
+}
+sub replicas_streaming
+{
+	my ($n) = @_;
+	my $m = members();
+	return $n == grep { $m->{$_}{role} =~ /replica|standby/ && $m->{$_}{state} =~ /^(streaming|running)$/ } keys %$m;
+}
+sub conninfo { return "host=127.0.0.1 port=$pgport{$_[0]} dbname=postgres connect_timeout=5" }
+sub patronictl
+{
+	my (@args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $patronictl, '-c', "$base/node1.yml", @args ], '>', \$out, '2>', \$err);
+	die "patronictl @args failed:\n$out$err" if $?;
+	return $out;
+}
+
+my $t_boot = time;
+poll_until('a leader and two replicas', 180, sub { leader() && replicas_streaming(2) });
+poll_until('a synchronous standby', 60, sub { grep { $_->{role} eq 'sync_standby' } values %{ members() } });
+note sprintf('cluster up after %.1f s: %s', time - $t_boot, describe());
+
+my $uri = 'postgresql://' . join(',', map { "127.0.0.1:$pgport{$_}" } @nodes)
+  . '/postgres?target_session_attrs=read-write&connect_timeout=2';
+note "the multi-host URI: $uri";
+my $l0 = leader();
+is(psql(conninfo($_), 'SHOW shared_preload_libraries'), 'dlock', "$_ has dlock in shared_preload_libraries")
+  for @nodes;
+like(psql(conninfo($l0), 'SHOW synchronous_standby_names'), qr/\S/,
+	'synchronous_mode: the leader names a synchronous standby');
+psql($uri, q{CREATE EXTENSION dlock;
+	CREATE TABLE ha_writes (run text, worker int, seq bigint, name text, token bigint,
+	                        PRIMARY KEY (run, worker, seq));
+	CREATE TABLE ha_child (job text, n int, token bigint, PRIMARY KEY (job, n))});
+
+# Leases taken before everything, held through all rounds
+my %long;
+for my $i (1 .. 3)
+{
+	my $token = psql($uri, "SELECT token FROM dlock.acquire('long:$i', '1h', 'keeper-$i')");
+	$long{"long:$i"} = "keeper-$i $token";
+}
+like(join(' ', values %long), qr/^(keeper-\d \d+ ?){3}$/, 'three long-lived leases granted');
+
+# Every token any client was given so far, with the port that gave it
+my @given;
+push @given, map { [ (split / /, $long{$_})[1], $pgport{$l0}, $_, (split / /, $long{$_})[0] ] } keys %long;
+
+# start_job - dlock run whose child writes under the fence every 100 ms
+# through the same URI and logs each acknowledged write
+sub start_job
+{
+	my ($job) = @_;
+	my $log = "$base/$job.acked";
+	my $child = q{i=0; while [ $i -lt 100000 ]; do i=$((i+1)); }
+	  . q{r=$(psql -X -q -At -d "$APP" -c "INSERT INTO ha_child SELECT '$DLOCK_NAME', $i, $DLOCK_TOKEN WHERE dlock.fence('$DLOCK_NAME', $DLOCK_TOKEN) RETURNING n" 2>/dev/null) && [ "$r" = "$i" ] && echo "$i $DLOCK_TOKEN" >> }
+	  . $log . q{; sleep 0.1; done};
+	local $ENV{APP} = $uri;
+	my %job = (name => $job, log => $log, err => "$base/logs/$job.err");
+	$job{h} = IPC::Run::start([ $dlock, 'run', $job, '-d', $uri, '--ttl', '30s', '--wait', '20s',
+		'--kill-after', '2s', '-v', '--', 'sh', '-c', $child ], '>', "$base/logs/$job.out", '2>', $job{err});
+	push @runs, $job{h};
+	eval { poll_until("$job starts its child", 30, sub { -s $log }); 1 }
+	  or BAIL_OUT("dlock run did not start its child: $@\n" . `cat $job{err}`);
+	return \%job;
+}
+sub lines_of { my ($f) = @_; return () unless -e $f; open my $fh, '<', $f or die $!; chomp(my @l = <$fh>); return @l; }
+sub job_ticks { return scalar lines_of($_[0]{log}) }
+
+# start_waiting_run - a dlock run --wait started while there may be no
+# leader; its command records the token it was given
+sub start_waiting_run
+{
+	my ($name) = @_;
+	my %w = (file => "$base/$name.token");
+	$w{h} = IPC::Run::start([ $dlock, 'run', $name, '-d', $uri, '--ttl', '30s', '--wait', '60s', '-v',
+		'--', 'sh', '-c', qq{echo "\$DLOCK_TOKEN" > $w{file}} ], '>', \$w{out}, '2>', \$w{err});
+	push @runs, $w{h};
+	return \%w;
+}
+
+# in_values - a VALUES list of (name, token) pairs for SQL
+sub in_values { return join ",\n", map { "('$_->[0]', $_->[1])" } @_ }
+
+# round - run the workload across a failover done by $act, then check
+my %figures;
+sub round
+{
+	my ($label, $sync, $act) = @_;
+	my $old = leader() or die 'no leader';
+	my $out = "$base/$label.out";
+	my $w = IPC::Run::start([ $workload, $uri, $label, 6, 2, 20 ], '>', $out, '2>', "$base/logs/$label.err");
+	push @runs, $w;
+	sleep 4;
+	my $t0 = time;
+	my $waiting = $act->($label, $old);
+	my $new;
+	poll_until("$label: a new leader", 120, sub { $new = leader(); $new && $new ne $old });
+	my $took = time - $t0;
+	my $new_port = $pgport{$new};
+	# let the workload write under the new leader's tokens for a while
+	my $new_writes = sub { scalar grep { /^write .* $new_port \S+$/ } lines_of($out) };
+	eval { poll_until("$label: writes on the new leader", 60, sub { $new_writes->() >= 200 }) };
+	sleep 1;
+	$w->signal('TERM');
+	$w->finish;
+	is($?, 0, "$label: the workload ran through (it reconnects on errors)");
+
+	my (@grants, @keeps, @writes, @times);
+	for (lines_of($out))
+	{
+		my @f = split / /;
+		if ($f[0] eq 'grant')
+		{
+			push @grants, [ $f[4], $f[5], $f[2], $f[3] ];
+			push @keeps, [ @f[ 2, 3, 4 ] ] if $f[1] eq 'keep';
+		}
+		elsif ($f[0] eq 'write')
+		{
+			push @writes, [ @f[ 1 .. 6 ] ];
+			push @times, $f[7];
+		}
+	}
+	@times = sort { $a <=> $b } @times;
+	my $gap = max(0, map { $times[$_] - $times[ $_ - 1 ] } 1 .. $#times);
+	my @after = map { $_->[0] } grep { $_->[1] == $new_port } @grants;
+	my @before = (map({ $_->[0] } @given), map { $_->[0] } grep { $_->[1] != $new_port } @grants);
+	push @given, @grants;
+
+	my $c = conninfo($new);
+	my $present_writes = psql($c, "SELECT count(*) FROM ha_writes WHERE run = '$label'");
+	my %present = map { $_ => 1 } split /\n/,
+	  psql($c, "SELECT concat_ws(' ', run, worker, seq, name, token) FROM ha_writes WHERE run = '$label'");
+	my @missing = grep { !$present{ join ' ', @$_[ 0 .. 4 ] } } @writes;
+	my %live = map { $_ => 1 } split /\n/,
+	  psql($c, "SELECT concat_ws(' ', name, owner, token) FROM dlock.leases WHERE name LIKE 'keep:$label:%' AND state = 'live'");
+	my @lost = grep { !$live{"@$_"} } @keeps;
+	my @kept = grep { $live{"@$_"} } @keeps;
+
+	$figures{$label} = {
+		took => $took, writes => scalar @writes, missing => scalar @missing, gap => $gap,
+		grants => scalar @grants, keeps => scalar @keeps, lost => scalar @lost,
+	};
+	note sprintf('%s: %s -> %s, new leader after %.1f s; %d acknowledged grants (%d by keepers, %d of those lost), '
+		  . '%d acknowledged fenced writes (%d missing), longest time without an acknowledged write %.1f s; %s',
+		$label, $old, $new, $took, scalar @grants, scalar @keeps, scalar @lost, scalar @writes,
+		scalar @missing, $gap, describe());
+	ok(@writes > 50, "$label: the workload wrote acknowledged fenced rows");
+	ok(@after > 0, "$label: and was granted tokens by the new leader");
+
+	if ($sync)
+	{
+		is(scalar(@missing), 0, "$label: no acknowledged fenced write is missing on the new leader")
+		  or diag 'missing: ' . join(', ', map { "@$_" } @missing[ 0 .. min(9, $#missing) ]);
+		is(scalar(@lost), 0, sprintf('%s: all %d acknowledged keeper grants are live on the new leader with owner and token',
+			$label, scalar @keeps))
+		  or diag 'lost: ' . join(', ', map { "@$_" } @lost[ 0 .. min(9, $#lost) ]);
+	}
+	if (@kept)
+	{
+		is(psql($c, 'SELECT count(*) FROM (VALUES ' . in_values(map { [ $_->[0], $_->[2] ] } @kept)
+			  . ') v(name, token) WHERE NOT dlock.fence(name, token)'),
+			'0', sprintf('%s: the %d live keeper tokens fence true on the new leader', $label, scalar @kept));
+	}
+	if (!$sync && @lost)
+	{
+		# the lost names are granted again by the new leader before their
+		# old tokens are tried: a reissued token would fence true
+		psql($c, join '', map { "SELECT dlock.acquire('$_->[0]', '1h', 'again');\n" } @lost);
+		is(psql($c, 'SELECT count(*) FROM (VALUES ' . in_values(map { [ $_->[0], $_->[2] ] } @lost)
+			  . ') v(name, token) WHERE dlock.fence(name, token)'),
+			'0', sprintf('%s: the %d lost keeper grants fence false on the new leader, also once their names are granted again',
+			$label, scalar @lost));
+	}
+	ok(@lost > 0, "$label: the crash lost acknowledged grants (the standbys lagged)")
+	  if !$sync && $label =~ /crash/;
+	for my $name (sort keys %long)
+	{
+		is(psql($c, "SELECT owner || ' ' || token FROM dlock.leases WHERE name = '$name' AND state = 'live'"),
+			$long{$name}, "$label: $name is held by its owner with its token");
+	}
+
+	my ($min_after, $max_before) = (min(@after) // 0, max(@before));
+	cmp_ok($min_after, '>', $max_before,
+		"$label: every token the new leader issued ($min_after and up) is larger than every token given before ($max_before)");
+	my $next = psql($c, "SELECT token FROM dlock.acquire('after:$label', '1min')");
+	cmp_ok($next, '>', max(map { $_->[0] } @given), "$label: so is the next token ($next)");
+	push @given, [ $next, $new_port, "after:$label", '' ];
+
+	# no name's token was given to two owners (a reissued token would be)
+	my (%owners, @twice);
+	$owners{"$_->[2] $_->[0]"}{ $_->[3] } = 1 for @given;
+	@twice = grep { keys %{ $owners{$_} } > 1 } sort keys %owners;
+	is(scalar(@twice), 0, "$label: no name's token was given to two owners")
+	  or diag 'given twice: ' . join(', ', map { "$_ to " . join('/', sort keys %{ $owners{$_} }) } @twice[ 0 .. min(9, $#twice) ]);
+
+	if ($waiting)
+	{
+		$waiting->{h}->finish;
+		my ($token) = lines_of($waiting->{file});
+		is($? >> 8, 0, "$label: dlock run --wait, started with no leader, ran its command") or diag $waiting->{err};
+		cmp_ok($token // 0, '>', $max_before, "$label: under a token of the new leader ($token)");
+	}
+	return $new;
+}
+
+# crash - kill -9 of the leader's postmaster, its walsenders stopped for a
+# second before (a replication lag of that second, as a loaded network or
+# standby would make): with synchronous mode off, what the leader
+# acknowledged in it is lost
+sub crash
+{
+	my ($label, $old) = @_;
+	my @walsenders = split /\n/, psql(conninfo($old), 'SELECT pid FROM pg_stat_replication');
+	my ($pid) = lines_of("$base/$old/postmaster.pid");
+	note "$label: walsenders (@walsenders) stopped for 1 s, then kill -9 of $old\'s postmaster ($pid)";
+	kill 'STOP', @walsenders;
+	sleep 1;
+	kill 'KILL', $pid or die "kill $pid: $!";
+	kill 'KILL', @walsenders;
+	return start_waiting_run("wait:$label");
+}
+sub switchover
+{
+	my ($label, $old) = @_;
+	patronictl('switchover', '--leader', $old, '--force', 'dlock-ha');
+	return undef;
+}
+sub rejoined
+{
+	my ($what) = @_;
+	poll_until("$what: three members again", 180, sub { leader() && replicas_streaming(2) });
+	note "$what: " . describe();
+}
+
+# check_job - dlock run kept its child writing under the fence
+sub check_job
+{
+	my ($job, $label) = @_;
+	ok($job->{h}->pumpable, "$label: dlock run still runs its child") or diag `cat $job->{err}`;
+	my $before = job_ticks($job);
+	eval { poll_until('the child writes', 15, sub { job_ticks($job) > $before + 3 }) };
+	cmp_ok(job_ticks($job), '>', $before, "$label: and the child goes on writing under the fence");
+}
+
+# ---- synchronous_mode: true, synchronous_mode_strict: true ----
+my $job = start_job('job:sync');
+round('sync-switchover', 1, \&switchover);
+check_job($job, 'sync-switchover');
+rejoined('after the switchover');
+round('sync-crash', 1, \&crash);
+check_job($job, 'sync-crash');
+$job->{h}->signal('TERM');
+$job->{h}->finish;
+my @acked = lines_of($job->{log});
+my %child_rows = map { $_ => 1 } split /\n/, psql($uri, q{SELECT n || ' ' || token FROM ha_child WHERE job = 'job:sync'});
+is(scalar(grep { !$child_rows{$_} } @acked), 0,
+	sprintf('synchronous mode: all %d acknowledged writes of the dlock run child are on the leader', scalar @acked));
+is(scalar(keys %{ { map { (split / /)[1] => 1 } @acked } }), 1, 'and were all made under one token');
+rejoined('after the crash');
+
+# ---- synchronous mode off ----
+patronictl('edit-config', '--force', '-q', '-s', 'synchronous_mode=false', '-s', 'synchronous_mode_strict=false', 'dlock-ha');
+poll_until('the leader drops its synchronous standby', 60,
+	sub { my $l = leader(); $l && psql(conninfo($l), 'SHOW synchronous_standby_names') eq '' });
+is(psql(conninfo(leader()), 'SHOW synchronous_standby_names'), '', 'synchronous mode off: no synchronous standby');
+$job = start_job('job:async');
+round('async-switchover', 0, \&switchover);
+check_job($job, 'async-switchover');
+rejoined('after the switchover');
+round('async-crash', 0, \&crash);
+if ($job->{h}->pumpable)
+{
+	check_job($job, 'async-crash');
+}
+else
+{
+	$job->{h}->finish;
+	is($? >> 8, 79, 'async-crash: dlock run lost its lease and stopped its child with status 79');
+}
+$job->{h}->kill_kill(grace => 5) if $job->{h}->pumpable;
+
+stop_service($_) for @nodes, 'etcd';
+note '| round | new leader after | acknowledged grants | keeper grants lost | acknowledged fenced writes | missing | longest pause in acknowledged writes |';
+for my $label (qw(sync-switchover sync-crash async-switchover async-crash))
+{
+	my $f = $figures{$label} or next;
+	note sprintf('| %s | %.1f s | %d | %d of %d | %d | %d | %.1f s |', $label, $f->{took}, $f->{grants},
+		$f->{lost}, $f->{keeps}, $f->{writes}, $f->{missing}, $f->{gap});
+}
+note sprintf('the Patroni suite took %.0f s', time - $started);
+done_testing();
