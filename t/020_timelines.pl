@@ -132,8 +132,8 @@ $p3->safe_psql('postgres', q{ALTER SYSTEM SET synchronous_standby_names = 's3'; 
 $p3->poll_query_until('postgres',
 	q{SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'})
   or die 'the standby did not become synchronous';
-$p3->safe_psql('postgres', q{ALTER SYSTEM SET dlock.durable_grants = off;
-	ALTER SYSTEM SET synchronous_commit = local; SELECT pg_reload_conf()});
+$p3->append_conf('postgresql.conf', "dlock.durable_grants = off\nsynchronous_commit = local\n");
+$p3->reload;
 my @kept3 = grant_many($p3, 'sync-kept:', 3);
 $p3->wait_for_catchup($s3);
 my @lost3 = cut_and_lose($p3, $s3, 'sync:', 12);
@@ -186,7 +186,7 @@ my $dump = $PostgreSQL::Test::Utils::tmp_check . '/p5.dump';
 $p5->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $p5->connstr('postgres') ],
 	'pg_dump of a database with leases');
 my ($q5, $q5s) = async_pair('q5', 'q5s');
-$q5->safe_psql('postgres', 'DROP EXTENSION dlock');
+$q5->safe_psql('postgres', 'DROP EXTENSION dlock; DROP SCHEMA dlock');
 $q5->command_ok([ 'pg_restore', '-d', $q5->connstr('postgres'), $dump ],
 	'pg_restore into a fresh cluster');
 my @restored_next = grant_many($q5, 'restored:', 3);
