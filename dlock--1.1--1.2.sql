@@ -18,6 +18,15 @@ CREATE TABLE dlock.token_epoch (
 COMMENT ON TABLE dlock.token_epoch IS
   'The epoch base of dlock''s token counter for the cluster with this system identifier (pg_control_system()): a token''s epoch, its value shifted right by 40 bits, is the WAL timeline it was issued on plus the base. Written by dlock''s functions only.';
 REVOKE ALL ON dlock.token_epoch FROM PUBLIC;
+-- the database's owner dumps the database, this table included
+DO $grant$
+BEGIN
+  IF EXISTS (SELECT FROM pg_catalog.pg_authid
+              WHERE rolname OPERATOR(pg_catalog.=) 'pg_database_owner'::pg_catalog.name) THEN
+    GRANT SELECT ON TABLE dlock.token_epoch TO pg_database_owner;
+  END IF;
+END
+$grant$;
 SELECT pg_catalog.pg_extension_config_dump('dlock.token_epoch', '');
 
 --

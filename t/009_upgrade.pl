@@ -20,7 +20,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my @versions = ('1.0', '1.1');
+my @versions = ('1.0', '1.1', '1.2');
 my $latest = $versions[-1];
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
@@ -174,6 +174,21 @@ for my $i (1 .. $#versions)
 				(SELECT (dlock.try_acquire('permits:1', '1h', 'p' || i, max_holders => 2)).token
 				   FROM generate_series(1, 3) i) p}),
 			'2', "to $v: a semaphore of 2 grants two permits of three requests");
+		$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
+	}
+
+	if ($v eq '1.2')
+	{
+		# The first grant after the update writes the epoch base of this
+		# cluster: on timeline 1, base 0, so tokens go on from the counter
+		is($node->safe_psql($db, q{SELECT base || ' ' || (system_identifier =
+				(SELECT system_identifier FROM pg_control_system())) FROM dlock.token_epoch}),
+			'0 true', "to $v: the first grant wrote this cluster's epoch base, 0");
+		my $small = $node->safe_psql($db,
+			q{SELECT token FROM dlock.try_acquire('epoch:1', '1h', 'w-epoch')});
+		cmp_ok($small, '<', 2**40, "to $v: on timeline 1 tokens go on from the counter ($small)");
+		is($node->safe_psql($db, q{SELECT count(*) >= 0 FROM dlock.locks}), 't',
+			"to $v: dlock.locks reads");
 		$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
 	}
 
