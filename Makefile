@@ -51,6 +51,12 @@ endif
 
 include $(PGXS)
 
+# Only the entry points the server looks up are exported (PGDLLEXPORT, see
+# src/dlock_compat.h): dlock's internal functions stay out of the backend's
+# namespace, where another library's symbols of the same name could collide.
+# PostgreSQL 16 and later build modules so themselves; this does it on 13-15.
+override CFLAGS += -fvisibility=hidden
+
 # The TAP tests' shared module, test/perl/DlockTest.pm
 PG_PROVE_FLAGS += -I test/perl
 

@@ -19,6 +19,7 @@
 #include "storage/lock.h"
 #include "utils/guc.h"
 
+#include "dlock_compat.h"
 #include "test_hooks.h"
 
 #ifdef DLOCK_TEST_HOOKS
