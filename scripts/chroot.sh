@@ -9,8 +9,8 @@
 #                                        13, with an isolation tester built
 #                                        from the release's source package)
 #   scripts/chroot.sh run DIR CMD...     run CMD inside, as root, with /proc,
-#                                        /dev and /dev/shm mounted for the
-#                                        time of the command only
+#                                        /dev, /dev/pts and /dev/shm mounted
+#                                        for the time of the command only
 #   scripts/chroot.sh remove DIR         delete a chroot (nothing mounted)
 #
 # PostgreSQL 14 and 16 are in no Debian release: there is no chroot for them.
@@ -32,7 +32,7 @@ suite_of() {
 packages() {
     local m=$1 list
     list="postgresql-$m,postgresql-server-dev-$m,postgresql-server-dev-all,libpq-dev"
-    list="$list,make,gcc,libc6-dev,debhelper,dpkg-dev,ca-certificates"
+    list="$list,build-essential,debhelper,ca-certificates"
     if [ "$m" -ge 15 ]; then
         list="$list,libipc-run-perl,libfaketime,postgresql-$m-cron"
         list="$list,prometheus-postgres-exporter,pgbouncer"
@@ -59,6 +59,7 @@ in_chroot() {
     shift
     mount -t proc proc "$dir/proc"
     mount --bind /dev "$dir/dev"
+    mount --bind /dev/pts "$dir/dev/pts"
     mount -t tmpfs -o mode=1777 shm "$dir/dev/shm"
     chroot "$dir" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
         HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@" || rc=$?
