@@ -13,7 +13,8 @@
 #     specs that drive its pause points, without and with dlock preloaded
 #   - the TAP suite (the upgrade walk t/009_upgrade.pl among them) when
 #     DLOCK_TAP=1 and the major ships PostgreSQL::Test::Cluster (from 15
-#     on); DLOCK_TAP_TESTS narrows it to some files
+#     on); DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves
+#     some out (and says so)
 #
 # Every instance is private (pg_regress --temp-instance, or a TAP node) and
 # is stopped by whoever started it.  Run as root or as the user that owns
@@ -107,7 +108,12 @@ count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
 if [ "${DLOCK_TAP:-0}" = 1 ]; then
     if [ -f "$(dirname "$("$PG_CONFIG" --pgxs)")/../test/perl/PostgreSQL/Test/Cluster.pm" ]; then
         tap_args=(PROVE_FLAGS=-v)
-        [ -z "${DLOCK_TAP_TESTS:-}" ] || tap_args+=("PROVE_TESTS=$DLOCK_TAP_TESTS")
+        tests=${DLOCK_TAP_TESTS:-}
+        if [ -n "${DLOCK_TAP_SKIP:-}" ]; then
+            tests=$(cd "$WORK/src" && ls ${tests:-t/*.pl} | grep -vxF -f <(tr ' ' '\n' <<<"$DLOCK_TAP_SKIP") | tr '\n' ' ')
+            say "PostgreSQL $PG_MAJOR: TAP files not run here: $DLOCK_TAP_SKIP"
+        fi
+        [ -z "$tests" ] || tap_args+=("PROVE_TESTS=$tests")
         run_suite tap installcheck REGRESS= ISOLATION= "${tap_args[@]}"
     else
         say "PostgreSQL $PG_MAJOR ships no PostgreSQL::Test::Cluster: no TAP tests"
