@@ -60,7 +60,7 @@ SELECT call, pg_temp.outcome(call) FROM (VALUES
   ($$dlock.try_acquire('n', '1 mon -30 days')$$),
   ($$dlock.acquire('n', '1 day 1 second')$$),
   ($$dlock.acquire('n', '100000000 days')$$),
-  ($$dlock.acquire('n', '2147483647 days 2562047788 hours')$$),
+  ($$dlock.acquire('n', interval '2147483647 days' + interval '1 hour' * 2562047788)$$),
   ($$dlock.renew('err:held', 'holder', '0')$$),
   ($$dlock.renew('err:held', 'holder', '1 mon')$$),
   ($$dlock.renew('err:held', 'holder', '2 days')$$),
@@ -140,12 +140,16 @@ SELECT octet_length(value) AS value_bytes FROM dlock.leases WHERE name = 'err:va
 SELECT dlock.try_acquire('err:empty-value', '1s', value => '') IS NOT NULL AS empty_value_accepted;
 SELECT value = '' AS empty_value_kept FROM dlock.leases WHERE name = 'err:empty-value';
 SELECT dlock.try_acquire('err:max', '1 day') IS NOT NULL AS max_ttl_accepted;
--- a timeout too long to represent just means no limit
+-- a timeout too long to represent just means no limit (the largest
+-- interval is written as a sum: PostgreSQL 13 reads no more than 2^31 - 1
+-- hours in a literal)
 SELECT dlock.acquire('err:huge', '1s', 'o', '100000000 days') IS NOT NULL AS granted;
-SELECT dlock.acquire('err:huge2', '1s', 'o', '2147483647 days 2562047788 hours') IS NOT NULL AS granted;
+SELECT dlock.acquire('err:huge2', '1s', 'o',
+                     interval '2147483647 days' + interval '1 hour' * 2562047788) IS NOT NULL AS granted;
 -- the expiry is exactly ttl after the grant, a day counting 24 hours
 SELECT dlock.try_acquire('err:day', '1 day') IS NOT NULL AS granted;
-SELECT extract(epoch FROM expires_at - acquired_at) AS ttl_seconds
+-- (extract() gives a double precision before PostgreSQL 14, a numeric since)
+SELECT extract(epoch FROM expires_at - acquired_at)::numeric(12, 6) AS ttl_seconds
   FROM dlock.leases WHERE name = 'err:day';
 
 -- dlock.max_ttl bounds the ttl; only superusers may change it

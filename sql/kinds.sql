@@ -244,6 +244,19 @@ SELECT name, owner, state, shared, max_holders FROM dlock.leases
  WHERE name IN ('kinds:excl', 'kinds:mixed', 'kinds:expiring', 'kinds:one')
  ORDER BY name, token;
 
+-- pg_stat_force_next_flush() is new in PostgreSQL 15.  Before, a session
+-- sends its statistics at the end of a statement that ends 500 ms
+-- (PGSTAT_STAT_INTERVAL) or more after its last report, and a reader takes a
+-- statistics file up to 500 ms old: a stand-in that sleeps 0.6 s does both
+DO $$
+BEGIN
+  IF to_regprocedure('pg_catalog.pg_stat_force_next_flush()') IS NULL THEN
+    CREATE OR REPLACE FUNCTION public.pg_stat_force_next_flush() RETURNS void
+      LANGUAGE sql AS 'SELECT pg_sleep(0.6)';
+  END IF;
+END
+$$;
+
 --
 -- Slots are reused: 200 rounds of three shared leases, one exclusive lease
 -- and two permits, each step its own transaction, leave the name with four
@@ -389,3 +402,12 @@ SELECT count(*) AS pins_after_commit FROM dlock.locks WHERE kind = 'pin' AND tok
 SELECT dlock.try_acquire('kinds:pins', '1h', 'px') IS NOT NULL AS exclusive_granted;
 
 DELETE FROM dlock.lease_state WHERE name LIKE 'kinds:%';
+
+-- The stand-in for pg_stat_force_next_flush() before PostgreSQL 15
+DO $$
+BEGIN
+  IF to_regprocedure('public.pg_stat_force_next_flush()') IS NOT NULL THEN
+    DROP FUNCTION public.pg_stat_force_next_flush();
+  END IF;
+END
+$$;

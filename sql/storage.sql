@@ -4,6 +4,18 @@
 -- (Another transaction holding an old snapshot meanwhile would keep dead
 -- versions from being pruned; the suite's own instance runs no autovacuum.)
 --
+-- pg_stat_force_next_flush() is new in PostgreSQL 15.  Before, a session
+-- sends its statistics at the end of a statement that ends 500 ms
+-- (PGSTAT_STAT_INTERVAL) or more after its last report, and a reader takes a
+-- statistics file up to 500 ms old: a stand-in that sleeps 0.6 s does both
+DO $$
+BEGIN
+  IF to_regprocedure('pg_catalog.pg_stat_force_next_flush()') IS NULL THEN
+    CREATE OR REPLACE FUNCTION public.pg_stat_force_next_flush() RETURNS void
+      LANGUAGE sql AS 'SELECT pg_sleep(0.6)';
+  END IF;
+END
+$$;
 SELECT count(dlock.try_acquire('storage:' || g, '1h', 'w')) AS granted,
        count(*) FILTER (WHERE dlock.release('storage:' || g, 'w')) AS released
   FROM generate_series(0, 9) g;
@@ -40,3 +52,12 @@ SELECT pg_relation_size('dlock.lease_state') - heap <= 2 * current_setting('bloc
   FROM size_before;
 SELECT count(*) AS names, bool_and(state = 'released') AS all_released
   FROM dlock.leases WHERE name LIKE 'storage:%';
+
+-- The stand-in for pg_stat_force_next_flush() before PostgreSQL 15
+DO $$
+BEGIN
+  IF to_regprocedure('public.pg_stat_force_next_flush()') IS NOT NULL THEN
+    DROP FUNCTION public.pg_stat_force_next_flush();
+  END IF;
+END
+$$;

@@ -3,7 +3,14 @@
  * dlock_compat.h
  *	  Every PG_VERSION_NUM difference dlock meets, in one place.
  *
- * dlock targets PostgreSQL 15 and keeps building on 13 to 17.
+ * dlock is built and tested on PostgreSQL 13, 15, 17 and 18 (14 and 16 are
+ * in no Debian release that CI can reach: they are covered by the same
+ * PG_VERSION_NUM tests, not by a run).
+ *
+ * Every module that defines a SQL-callable function (PG_FUNCTION_INFO_V1)
+ * includes this header after fmgr.h: the module is built with
+ * -fvisibility=hidden, and before 16 only this header's PG_FUNCTION_INFO_V1
+ * exports the function.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -29,18 +36,67 @@
 #include "varatt.h"
 #endif
 
+/*
+ * Exported symbols.  dlock.so is built with -fvisibility=hidden (Makefile),
+ * so that its internal functions do not enter the backend's namespace, where
+ * another library's functions of the same name could be bound in their
+ * place.  The server looks up only the magic block, _PG_init and the SQL
+ * entry points with their info functions: those carry PGDLLEXPORT.  From 16
+ * on, PostgreSQL itself builds modules that way and its fmgr.h marks them;
+ * before, PGDLLEXPORT is empty outside Windows and PG_FUNCTION_INFO_V1 does
+ * not mark the function, so both are given 16's definitions here.  The
+ * macros expand where they are used, after this header.
+ */
+#if PG_VERSION_NUM < 160000 && defined(__GNUC__) && !defined(WIN32)
+#undef PGDLLEXPORT
+#define PGDLLEXPORT __attribute__((visibility("default")))
+
+#undef PG_FUNCTION_INFO_V1
+#define PG_FUNCTION_INFO_V1(funcname) \
+extern PGDLLEXPORT Datum funcname(PG_FUNCTION_ARGS); \
+extern PGDLLEXPORT const Pg_finfo_record * CppConcat(pg_finfo_,funcname)(void); \
+const Pg_finfo_record * \
+CppConcat(pg_finfo_,funcname) (void) \
+{ \
+	static const Pg_finfo_record my_finfo = { 1 }; \
+	return &my_finfo; \
+} \
+extern int no_such_variable
+
+extern PGDLLEXPORT void _PG_init(void);
+#endif
+
+/* strtoi64() is new in 14 (int64 is long or long long, both within strtoll) */
+#if PG_VERSION_NUM < 140000
+#define strtoi64(str, endptr, base) ((int64) strtoll(str, endptr, base))
+#endif
+
 /* GUC prefix reservation was named EmitWarningsOnPlaceholders before 15 */
 #if PG_VERSION_NUM < 150000
 #define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
 #endif
 
-/* index_insert() gained the indexUnchanged hint in 14 */
+/* index_insert() gained the indexUnchanged hint in 14; 13 goes without it */
+static inline bool
+dlock_index_insert(Relation irel, Datum *values, bool *isnull, ItemPointer tid,
+				   Relation hrel, IndexUniqueCheck check, bool unchanged,
+				   IndexInfo *info)
+{
 #if PG_VERSION_NUM >= 140000
-#define dlock_index_insert(irel, values, isnull, tid, hrel, check, unchanged, info) \
-	index_insert(irel, values, isnull, tid, hrel, check, unchanged, info)
+	return index_insert(irel, values, isnull, tid, hrel, check, unchanged, info);
 #else
-#define dlock_index_insert(irel, values, isnull, tid, hrel, check, unchanged, info) \
-	index_insert(irel, values, isnull, tid, hrel, check, info)
+	(void) unchanged;
+	return index_insert(irel, values, isnull, tid, hrel, check, info);
+#endif
+}
+
+/* index_beginscan() takes the scan's instrumentation (none here) since 18 */
+#if PG_VERSION_NUM >= 180000
+#define dlock_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan(heap, index, snapshot, NULL, nkeys, norderbys)
+#else
+#define dlock_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan(heap, index, snapshot, nkeys, norderbys)
 #endif
 
 /*

@@ -36,6 +36,8 @@
 #include "utils/builtins.h"
 #include "utils/varlena.h"
 
+#include "dlock_compat.h"
+
 PG_FUNCTION_INFO_V1(dlock_holder_in);
 PG_FUNCTION_INFO_V1(dlock_holder_out);
 

@@ -39,6 +39,7 @@
 #include "utils/timestamp.h"
 
 #include "dlock.h"
+#include "dlock_compat.h"
 
 PG_FUNCTION_INFO_V1(dlock_try_acquire);
 PG_FUNCTION_INFO_V1(dlock_acquire);

@@ -426,7 +426,7 @@ ScanName(LeaseStore *store, const LeaseName *name, Snapshot snapshot,
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(key_text));
 
-	scan = index_beginscan(store->heap, store->index, snapshot, 1, 0);
+	scan = dlock_index_beginscan(store->heap, store->index, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 
 	/* More than one entry per slot only after a non-HOT update, until VACUUM */

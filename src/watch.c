@@ -41,6 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "dlock.h"
+#include "dlock_compat.h"
 #include "test_hooks.h"
 
 PG_FUNCTION_INFO_V1(dlock_watch);

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# test-major.sh: build and test dlock against one PostgreSQL major, the one
+# PG_MAJOR names (15 by default), whose server and headers are installed
+# (.ci/run runs it inside a chroot of that major's Debian release, see
+# scripts/chroot.sh; the packages it needs are in that chroot).  Ends with
+# "N passed, N failed".
+#
+#   - builds with -Wall -Wextra -Werror, installs, and checks that dlock.so
+#     exports only its entry points (scripts/check-exports.sh)
+#   - the regression suite and the isolation suite, each on an instance
+#     without and with dlock in shared_preload_libraries (PRELOADED=1)
+#   - the test build (DLOCK_TEST_HOOKS=1): the isolation suite with the
+#     specs that drive its pause points, without and with dlock preloaded
+#   - the TAP suite (the upgrade walk t/009_upgrade.pl among them) when
+#     DLOCK_TAP=1 and the major ships PostgreSQL::Test::Cluster (from 15
+#     on); DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves
+#     some out (and says so)
+#
+# Every instance is private (pg_regress --temp-instance, or a TAP node) and
+# is stopped by whoever started it.  Run as root or as the user that owns
+# the clusters.
+
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+WORK=$(make_work_dir)
+trap 'rm -rf "$WORK"' EXIT
+passed=0
+failed=0
+
+# count_check TITLE COMMAND...: one test
+count_check() {
+    local title=$1
+    shift
+    if "$@"; then
+        echo "ok - $title"
+        passed=$((passed + 1))
+    else
+        echo "not ok - $title"
+        failed=$((failed + 1))
+    fi
+}
+
+# build MAKE-ARGS...: build with the project's warnings and install
+build() {
+    as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" clean >/dev/null
+    as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" \
+        PG_CFLAGS="-Wall -Wextra -Werror" "$@" &&
+        as_root make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" install >/dev/null
+}
+
+# run_suite TITLE MAKE-ARGS...: one part of installcheck, its results
+# counted as scripts/test.sh counts them
+run_suite() {
+    local title=$1 out rc ok bad f
+    shift
+    say "PostgreSQL $PG_MAJOR: $title"
+    out=$WORK/$title.out
+    rm -f "$WORK/src/regression.diffs" "$WORK/src/output_iso/regression.diffs"
+    set +e
+    as_run_user make -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" >"$out" 2>&1
+    rc=$?
+    set -e
+    # pg_regress: "test name ... ok" (up to 15) or "ok 1 - name" (16 on);
+    # prove -v: "ok N - description" / "not ok N - description"
+    ok=$(grep -cE '\.\.\. ok|^ok [0-9]+ ' "$out" || true)
+    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || true)
+    sed -nE '/\.\.\. (ok|FAILED)|^(not )?ok [0-9]+ /p' "$out"
+    [ "$bad" -eq 0 ] || awk '/^not ok [0-9]+ / { n = 20 } n > 0 && /^#/ { print; n-- }' "$out" | head -n 60
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+        bad=1
+        tail -n 30 "$out"
+    fi
+    for f in regression.diffs output_iso/regression.diffs; do
+        [ ! -s "$WORK/src/$f" ] || head -n 200 "$WORK/src/$f"
+    done
+    passed=$((passed + ok))
+    failed=$((failed + bad))
+}
+
+mkdir "$WORK/src"
+tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.so' \
+    --exclude=cli/dlock --exclude=results --exclude=output_iso --exclude=tmp_check \
+    --exclude=tmp_instance -cf - . | tar -C "$WORK/src" -xf -
+[ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/src"
+
+say "PostgreSQL $PG_MAJOR: building with -Wall -Wextra -Werror and installing"
+count_check "PostgreSQL $PG_MAJOR: dlock builds without warning and installs" build
+if [ "$failed" -gt 0 ]; then
+    echo "$passed passed, $failed failed"
+    exit 1
+fi
+count_check "PostgreSQL $PG_MAJOR: dlock.so exports only its entry points" \
+    bash "$WORK/src/scripts/check-exports.sh" "$WORK/src/dlock.so"
+
+run_suite regress installcheck ISOLATION= TAP_TESTS=
+run_suite regress-preloaded installcheck ISOLATION= TAP_TESTS= PRELOADED=1
+run_suite isolation installcheck REGRESS= TAP_TESTS=
+run_suite isolation-preloaded installcheck REGRESS= TAP_TESTS= PRELOADED=1
+
+say "PostgreSQL $PG_MAJOR: the test build (DLOCK_TEST_HOOKS=1)"
+count_check "PostgreSQL $PG_MAJOR: the test build builds without warning and installs" \
+    build DLOCK_TEST_HOOKS=1
+run_suite isolation-test-build installcheck REGRESS= TAP_TESTS= DLOCK_TEST_HOOKS=1
+run_suite isolation-test-build-preloaded installcheck REGRESS= TAP_TESTS= \
+    DLOCK_TEST_HOOKS=1 PRELOADED=1
+count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
+
+if [ "${DLOCK_TAP:-0}" = 1 ]; then
+    if [ -f "$(dirname "$("$PG_CONFIG" --pgxs)")/../test/perl/PostgreSQL/Test/Cluster.pm" ]; then
+        tap_args=(PROVE_FLAGS=-v)
+        tests=${DLOCK_TAP_TESTS:-}
+        if [ -n "${DLOCK_TAP_SKIP:-}" ]; then
+            tests=$(cd "$WORK/src" && ls ${tests:-t/*.pl} | grep -vxF -f <(tr ' ' '\n' <<<"$DLOCK_TAP_SKIP") | tr '\n' ' ')
+            say "PostgreSQL $PG_MAJOR: TAP files not run here: $DLOCK_TAP_SKIP"
+        fi
+        [ -z "$tests" ] || tap_args+=("PROVE_TESTS=$tests")
+        run_suite tap installcheck REGRESS= ISOLATION= "${tap_args[@]}"
+    else
+        say "PostgreSQL $PG_MAJOR ships no PostgreSQL::Test::Cluster: no TAP tests"
+    fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
