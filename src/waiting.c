@@ -84,13 +84,15 @@ typedef enum WakeWhom
 	WAKE_WATCHERS				/* every session in dlock.watch() of the name */
 } WakeWhom;
 
-/* Names whose queue heads or watchers this transaction wakes at commit */
+/*
+ * Names whose queue heads or watchers this transaction wakes at commit, by
+ * the key of their lock tags (name->hash), which is all a wake-up needs
+ */
 typedef struct PendingWake
 {
 	PendingItem item;			/* the subtransaction that changed the lease */
 	WakeWhom	whom;
-	int			len;
-	char		data[FLEXIBLE_ARRAY_MEMBER];
+	uint64		key;
 } PendingWake;
 
 static List *PendingWakes = NIL;	/* in TopTransactionContext */
@@ -420,19 +422,16 @@ AddPendingWake(const LeaseName *name, WakeWhom whom)
 	if (PendingWakes != NIL)
 	{
 		wake = llast(PendingWakes);
-		if (wake->whom == whom && wake->len == name->len &&
-			wake->item.subid == GetCurrentSubTransactionId() &&
-			memcmp(wake->data, name->data, name->len) == 0)
+		if (wake->whom == whom && wake->key == name->hash &&
+			wake->item.subid == GetCurrentSubTransactionId())
 			return;
 	}
 
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	wake = palloc(offsetof(PendingWake, data) + name->len);
-
+	wake = palloc(sizeof(PendingWake));
 	wake->item.subid = GetCurrentSubTransactionId();
 	wake->whom = whom;
-	wake->len = name->len;
-	memcpy(wake->data, name->data, name->len);
+	wake->key = name->hash;
 	PendingWakes = lappend(PendingWakes, wake);
 	MemoryContextSwitchTo(old);
 }
@@ -463,16 +462,21 @@ QueueWakesAtEOXact(XactEvent event)
 		foreach(lc, PendingWakes)
 		{
 			PendingWake *wake = lfirst(lc);
-			LeaseName	name;
+			LOCKTAG		tag;
 
-			LeaseNameInit(&name, wake->data, wake->len);
 			if (wake->whom == WAKE_QUEUE_HEAD)
 			{
-				if (!WaitersAbsent(WAITER_QUEUED))
-					WakeQueueHead(&name);
+				if (WaitersAbsent(WAITER_QUEUED))
+					continue;
+				DlockLockTag(&tag, DLOCK_SPACE_QUEUE, wake->key);
 			}
-			else if (!WaitersAbsent(WAITER_WATCHING))
-				WakeWatchers(&name);
+			else
+			{
+				if (WaitersAbsent(WAITER_WATCHING))
+					continue;
+				DlockLockTag(&tag, DLOCK_SPACE_WATCH, wake->key);
+			}
+			WakeLockHolders(&tag);
 		}
 	}
 	PendingWakes = NIL;
