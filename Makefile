@@ -135,4 +135,5 @@ bench:
 	bash bench/run.sh
 	bash bench/purge.sh
 	bash bench/compare.sh
+	bash bench/invoice.sh
 	bash bench/instructions.sh
