@@ -130,9 +130,11 @@ demo:
 
 # Benchmarks on throwaway clusters (see README, Performance): waiting and
 # handoff, dlock.purge() on a million names, dlock side by side with its
-# alternatives, then a lock cycle's instructions (about 40 minutes)
+# alternatives, the nightly-invoice workload, then a lock cycle's
+# instructions (about 50 minutes)
 bench:
 	bash bench/run.sh
 	bash bench/purge.sh
 	bash bench/compare.sh
+	bash bench/invoice.sh
 	bash bench/instructions.sh
