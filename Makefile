@@ -116,9 +116,14 @@ dist:
 	DIST_DIR='$(or $(DIST_DIR),.)' bash scripts/dist.sh
 
 # Whole suite on a throwaway cluster; installs what is missing (see README)
-.PHONY: test test-ha demo bench
+.PHONY: test test-ha test-drivers demo bench
 test:
 	bash scripts/test.sh
+
+# The recipes of docs/drivers/ with real client drivers, directly and through
+# pgbouncer in transaction mode, against the installed build
+test-drivers: install
+	bash test/drivers/run.sh
 
 # dlock under real HA managers (pg_auto_failover, then Patroni with etcd): switchover and crash
 test-ha:
