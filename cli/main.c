@@ -97,6 +97,10 @@ usage(FILE *out)
 			"the time before the child starts: within it a server that is down, restarts\n"
 			"or fails over is reconnected to with backoff, and the wait goes on.\n"
 			"\n"
+			"status: the live leases (or NAME's, in any state): token, kind, holder role,\n"
+			"state, acquired, expires in, owner (\"-\" where this role may not see it) and\n"
+			"value.\n"
+			"\n"
 			"watch: print the live lease of NAME (token, owner where visible, value,\n"
 			"expiry) and then one line each time it changes, until interrupted; with\n"
 			"several holders, the newest live lease.  It waits on the server without\n"
@@ -182,6 +186,29 @@ json_string(const char *s)
 	putchar('"');
 }
 
+/* value_or_dash - a column of a status line: its value, or "-" for NULL */
+static const char *
+value_or_dash(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? "-" : PQgetvalue(res, row, col);
+}
+
+/* json_or_null - a column as a JSON string, or null for NULL */
+static void
+json_or_null(const PGresult *res, int row, int col)
+{
+	if (PQgetisnull(res, row, col))
+		fputs("null", stdout);
+	else
+		json_string(PQgetvalue(res, row, col));
+}
+
+/*
+ * cmd_status - the leases of dlock.leases, as the caller may see them:
+ * owner is NULL there for the leases of roles whose privileges the caller
+ * does not have, and shown as "-" (null in JSON); the holder of a lease sees
+ * its owner, which release needs
+ */
 static int
 cmd_status(const char *dbname, const char *name, bool json)
 {
@@ -192,12 +219,13 @@ cmd_status(const char *dbname, const char *name, bool json)
 							  "       to_char(acquired_at, 'YYYY-MM-DD HH24:MI:SS.MSOF'),"
 							  "       CASE WHEN state = 'live' THEN"
 							  "         round(extract(epoch FROM expires_at - clock_timestamp()), 3)::text END,"
-							  "       coalesce(owner, ''),"
-							  /* the kind columns are there from version 1.1 on */
+							  "       owner,"
+							  /* the kind columns and value are there from version 1.1 on */
 							  "       CASE WHEN (to_jsonb(l) ->> 'shared')::boolean THEN 'shared'"
 							  "            WHEN (to_jsonb(l) ->> 'max_holders')::integer > 1"
 							  "            THEN 'semaphore/' || (to_jsonb(l) ->> 'max_holders')"
-							  "            ELSE 'exclusive' END"
+							  "            ELSE 'exclusive' END,"
+							  "       to_jsonb(l) ->> 'value'"
 							  "  FROM dlock.leases l"
 							  " WHERE ($1::text IS NULL OR name = $1) AND (state = 'live' OR $1 IS NOT NULL)"
 							  " ORDER BY name, token",
@@ -222,25 +250,32 @@ cmd_status(const char *dbname, const char *name, bool json)
 			json_string(PQgetvalue(res, i, 7));
 			printf(", \"acquired_at\": ");
 			json_string(PQgetvalue(res, i, 4));
-			printf(", \"expires_in_seconds\": %s}",
+			/* owner and value come last: the earlier keys keep their places */
+			printf(", \"expires_in_seconds\": %s, \"owner\": ",
 				   PQgetisnull(res, i, 5) ? "null" : PQgetvalue(res, i, 5));
+			json_or_null(res, i, 6);
+			printf(", \"value\": ");
+			json_or_null(res, i, 8);
+			printf("}");
 		}
 		printf("]\n");
 	}
 	else
 	{
-		printf("%-30s %10s %-14s %-16s %-14s %-30s %s\n",
-			   "NAME", "TOKEN", "KIND", "HOLDER ROLE", "STATE", "ACQUIRED", "EXPIRES IN");
+		/* owner and value come last: the earlier columns keep their places */
+		printf("%-30s %10s %-14s %-16s %-14s %-30s %-12s %-32s %s\n",
+			   "NAME", "TOKEN", "KIND", "HOLDER ROLE", "STATE", "ACQUIRED",
+			   "EXPIRES IN", "OWNER", "VALUE");
 		for (int i = 0; i < PQntuples(res); i++)
 		{
 			char		expires[64] = "-";
 
 			if (!PQgetisnull(res, i, 5))
 				snprintf(expires, sizeof(expires), "%ss", PQgetvalue(res, i, 5));
-			printf("%-30s %10s %-14s %-16s %-14s %-30s %s\n",
+			printf("%-30s %10s %-14s %-16s %-14s %-30s %-12s %-32s %s\n",
 				   PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 7),
 				   PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
-				   expires);
+				   expires, value_or_dash(res, i, 6), value_or_dash(res, i, 8));
 		}
 	}
 	PQclear(res);
