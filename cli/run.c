@@ -53,6 +53,8 @@
  * than a lease's validity after a renew (ttl less the drift allowance and
  * the safety margin) is refused as a usage error: the place would lapse
  * between polls, and an acquire() that came later would be served first.
+ * A refusal is no row from a server at version 1.2 and a row of NULLs from
+ * one at 1.0 or 1.1: the client reads both as busy.
  *
  * Signals before the child starts: SIGINT, SIGTERM, SIGHUP or SIGQUIT while
  * dlock connects or waits end the run at once.  The waiting dlock.acquire is
@@ -903,11 +905,18 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 			}
 		}
 		lease_arguments(opts, sql, sizeof(sql), params, &nparams);
-		strncat(sql, ") WHERE token IS NOT NULL", sizeof(sql) - strlen(sql) - 1);
+		strncat(sql, ")", sizeof(sql) - strlen(sql) - 1);
 		sent_at = now_s();
 		outcome = query_until(*conn, sql, nparams, params,
 							  now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, &res);
-		if (outcome == QUERY_DONE && db_result_ok(res) && PQntuples(res) == 1)
+
+		/*
+		 * A refusal is no row from a server at version 1.2 (try_acquire
+		 * returns SETOF dlock.lease), and a row whose token is NULL from one
+		 * at 1.0 or 1.1: both are "busy"
+		 */
+		if (outcome == QUERY_DONE && db_result_ok(res) && PQntuples(res) == 1 &&
+			!PQgetisnull(res, 0, 1))
 		{
 			took_lease(res, sent_at, opts, lease);
 			PQclear(res);
