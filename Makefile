@@ -109,9 +109,14 @@ cli/dlock: $(CLI_SRCS) cli/dlock_cli.h META.json dlock.control
 		-I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
 		$(LDFLAGS) -L$(shell $(PG_CONFIG) --libdir) -lpq -lm
 
+# Installed on this machine (no DESTDIR: not staged for a package), the
+# command may shadow another dlock on PATH, such as the package's
+# /usr/bin/dlock behind /usr/local/bin, or be shadowed by one: say which
+# runs
 install-cli: cli/dlock
 	$(MKDIR_P) '$(DESTDIR)$(CLI_BINDIR)'
 	$(INSTALL_PROGRAM) cli/dlock '$(DESTDIR)$(CLI_BINDIR)/dlock'
+	$(if $(DESTDIR),,@bash scripts/dlock-on-path.sh '$(CLI_BINDIR)/dlock')
 
 uninstall-cli:
 	rm -f '$(DESTDIR)$(CLI_BINDIR)/dlock'
