@@ -785,6 +785,10 @@ say_busy(PGconn *conn, const RunOptions *opts)
 			snprintf(line + strlen(line), sizeof(line) - strlen(line), "; and %ld more",
 					 holders - shown);
 	}
+	/* one line, whatever the owners and role names hold */
+	for (char *c = line; *c; c++)
+		if ((unsigned char) *c < 0x20)
+			*c = '?';
 	note("lease \"%s\" is busy%s", opts->name, line);
 	PQclear(res);
 }

@@ -589,6 +589,10 @@ note 'status and a busy run show the owner to the roles dlock.leases shows it to
 	($rc, $out, $err) = run_dlock('run', 'delayed', '--', 'true');
 	like("$rc $err", qr/^75 dlock: lease "delayed" is busy: its last lease \(owner gone\) was force-released, and its lock-delay runs until \S+ \S+ \(in [0-9.]+ s\)\n\z/,
 		'a run refused during a lock-delay says until when it runs');
+	$node->safe_psql('postgres', q{SELECT dlock.acquire('newline', '1h', E'two\nlines')});
+	($rc, $out, $err) = run_dlock('run', 'newline', '--', 'true');
+	like($err, qr/^dlock: lease "newline" is busy: held by owner two\?lines of role [^\n]+\n\z/,
+		'in one line, whatever the owner holds');
 }
 
 note 'run --value publishes a value; watch follows the live lease';
