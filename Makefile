@@ -96,13 +96,27 @@ install: install-cli
 uninstall: uninstall-cli
 endif
 
-cli/dlock: $(CLI_SRCS) cli/dlock_cli.h
-	$(CC) $(CFLAGS) $(PG_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
+# The command's version (dlock --version) is META.json's, which must be
+# dlock.control's default_version with a patch level (1.2 -> 1.2.N), as make
+# dist checks it: one version, written once, not a copy in the C source
+CLI_VERSION         = $(shell perl -MJSON::PP -0777 -ne 'print JSON::PP->new->decode($$_)->{version} // ""' META.json)
+CLI_CONTROL_VERSION = $(shell sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" dlock.control)
+
+cli/dlock: $(CLI_SRCS) cli/dlock_cli.h META.json dlock.control
+	@echo '$(CLI_VERSION)' | grep -Eqx '$(subst .,\.,$(CLI_CONTROL_VERSION))\.[0-9]+' || \
+		{ echo "META.json's version \"$(CLI_VERSION)\" is not dlock.control's default_version \"$(CLI_CONTROL_VERSION)\" with a patch level (such as $(CLI_CONTROL_VERSION).0)" >&2; exit 1; }
+	$(CC) $(CFLAGS) $(PG_CFLAGS) -DDLOCK_VERSION='"$(CLI_VERSION)"' \
+		-I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
 		$(LDFLAGS) -L$(shell $(PG_CONFIG) --libdir) -lpq -lm
 
+# Installed on this machine (no DESTDIR: not staged for a package), the
+# command may shadow another dlock on PATH, such as the package's
+# /usr/bin/dlock behind /usr/local/bin, or be shadowed by one: say which
+# runs
 install-cli: cli/dlock
 	$(MKDIR_P) '$(DESTDIR)$(CLI_BINDIR)'
 	$(INSTALL_PROGRAM) cli/dlock '$(DESTDIR)$(CLI_BINDIR)/dlock'
+	$(if $(DESTDIR),,@bash scripts/dlock-on-path.sh '$(CLI_BINDIR)/dlock')
 
 uninstall-cli:
 	rm -f '$(DESTDIR)$(CLI_BINDIR)/dlock'
