@@ -124,6 +124,12 @@ test:
 test-ha:
 	bash test/ha/run.sh
 
+# The README's own checks: its size, the links of README.md and docs/*.md,
+# and its first SQL block run in psql on a fresh database
+.PHONY: check-readme
+check-readme:
+	PG_CONFIG='$(PG_CONFIG)' bash scripts/check-readme.sh
+
 # The double-debit story on a throwaway cluster
 demo:
 	bash scripts/demo.sh
