@@ -134,7 +134,7 @@ check-readme:
 demo:
 	bash scripts/demo.sh
 
-# Benchmarks on throwaway clusters (see README, Performance): waiting and
+# Benchmarks on throwaway clusters (see docs/performance.md): waiting and
 # handoff, dlock.purge() on a million names, dlock side by side with its
 # alternatives, then a lock cycle's instructions (about 40 minutes)
 bench:
