@@ -25,7 +25,7 @@ REGRESS_NOT_PRELOADED = errors observability
 ifdef PRELOADED
 REGRESS := $(filter-out $(REGRESS_NOT_PRELOADED),$(REGRESS))
 endif
-ISOLATION      = race fence_regrant stale_snapshot rollback \
+ISOLATION      = race fence_regrant stale_snapshot rollback self_wait \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
                  same_owner_retry purge_race sets_order \
                  shared_fence semaphore kinds_fifo watch_grants first_permits \
@@ -116,9 +116,14 @@ dist:
 	DIST_DIR='$(or $(DIST_DIR),.)' bash scripts/dist.sh
 
 # Whole suite on a throwaway cluster; installs what is missing (see README)
-.PHONY: test test-ha demo bench
+.PHONY: test test-ha test-drivers demo bench
 test:
 	bash scripts/test.sh
+
+# The recipes of docs/drivers/ with real client drivers, directly and through
+# pgbouncer in transaction mode, against the installed build
+test-drivers: install
+	bash test/drivers/run.sh
 
 # dlock under real HA managers (pg_auto_failover, then Patroni with etcd): switchover and crash
 test-ha:
@@ -136,9 +141,11 @@ demo:
 
 # Benchmarks on throwaway clusters (see docs/performance.md): waiting and
 # handoff, dlock.purge() on a million names, dlock side by side with its
-# alternatives, then a lock cycle's instructions (about 40 minutes)
+# alternatives, the nightly-invoice workload, then a lock cycle's
+# instructions (about 50 minutes)
 bench:
 	bash bench/run.sh
 	bash bench/purge.sh
 	bash bench/compare.sh
+	bash bench/invoice.sh
 	bash bench/instructions.sh
