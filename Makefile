@@ -143,11 +143,17 @@ test-drivers: install
 test-ha:
 	bash test/ha/run.sh
 
+# The README's own checks: its size, the links of README.md and docs/*.md,
+# and its first SQL block run in psql on a fresh database
+.PHONY: check-readme
+check-readme:
+	PG_CONFIG='$(PG_CONFIG)' bash scripts/check-readme.sh
+
 # The double-debit story on a throwaway cluster
 demo:
 	bash scripts/demo.sh
 
-# Benchmarks on throwaway clusters (see README, Performance): waiting and
+# Benchmarks on throwaway clusters (see docs/performance.md): waiting and
 # handoff, dlock.purge() on a million names, dlock side by side with its
 # alternatives, the nightly-invoice workload, then a lock cycle's
 # instructions (about 50 minutes)

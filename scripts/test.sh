@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# make test: the whole suite (pg_regress, isolation, TAP, the stress
-# checker, the drivers' recipes) on throwaway clusters, ending with a line
-# "N passed, N failed".
+# make test: the whole suite (the README's checks, pg_regress, isolation,
+# TAP, the stress checker, the drivers' recipes) on throwaway clusters,
+# ending with a line "N passed, N failed".
 # The benchmarks' smoke runs are not part of it (they install Redis and
 # gnuplot): .ci/run runs them after it.
 #
@@ -57,6 +57,9 @@ run_suite() {
     failed=$((failed + bad))
 }
 
+# The README: at most 40,000 bytes, its links and those of docs/*.md
+# resolve, its first SQL block prints UPDATE 1 on a fresh database
+run_suite readme check-readme
 # Each starts a private instance in the copy (TEMP_INSTANCE in the Makefile)
 run_suite regress installcheck ISOLATION= TAP_TESTS=
 run_suite isolation installcheck REGRESS= TAP_TESTS=
