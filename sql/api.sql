@@ -4,7 +4,7 @@
 -- Tokens come from a fresh database, so their values are stable.
 --
 
--- The objects the extension installs (the README's reference lists them).
+-- The objects the extension installs (docs/reference.md lists them).
 -- From PostgreSQL 17 on, the row types of its tables and views and the array
 -- types are recorded as members too: they come with their owners and are
 -- left out, so that the list is the same on every major

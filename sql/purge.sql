@@ -147,7 +147,7 @@ SELECT name, state FROM dlock.leases WHERE name = 'own:regrant';
 --
 -- Batches: a call holds at most 1000 locks (here a quarter of the lock
 -- table is more), one per name of a plain lease, which the transaction
--- keeps; the procedure that loops until nothing is left (the README's
+-- keeps; the procedure that loops until nothing is left (docs/operations.md's
 -- recipe).  Names with many permits against a small lock table are in
 -- t/012_purge_cron.pl.
 --
