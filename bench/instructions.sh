@@ -7,7 +7,7 @@
 # transactions, and the instructions of its backend, (count at N2 - count at
 # N1) / (N2 - N1), are one cycle's, without the connection's start-up.  The
 # scripts are those of bench/compare.sh: the floor of two one-row UPDATE
-# commits and dlock's try_acquire + release (in the FROM form and the scalar
+# commits and dlock's try_acquire + release (in the FROM form and a scalar
 # form), and the guarded-write cycle (three commits, the floor's and
 # dlock's).  fsync = off and dlock preloaded, as in the CPU-alone table of
 # bench/compare.sh.  Instructions are not time: a cycle that waits for memory
@@ -117,7 +117,7 @@ table() {
 
 table "lock cycle, random names out of $NAMES" "floor: 2 x one-row UPDATE" floor.sql "$NAMES" \
     "dlock: try_acquire (FROM form) + release" dlock_try.sql on "" \
-    "dlock: try_acquire (scalar form) + release" dlock_try_scalar.sql on ""
+    "dlock: try_acquire (scalar subquery) + release" dlock_try_scalar.sql on ""
 table "guarded write, random names out of $GUARDED_NAMES" "floor: 3 x one-row UPDATE" guarded_floor.sql \
     "$GUARDED_NAMES" \
     "PL/pgSQL lease + UPDATE checking its token" guarded_plpgsql.sql on "" \

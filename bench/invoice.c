@@ -34,6 +34,12 @@
  *	  dlock_c      acquire_all of a batch's names (one token); then the
  *	               batch's fenced write and release_all in one transaction,
  *	               one pipeline: 2 transactions and 2 round trips a batch
+ *	  dlock_d      one transaction: BEGIN and acquire (one round trip, the
+ *	               token read back); then the fenced write, the release and
+ *	               COMMIT in one pipeline: 1 transaction, 2 round trips; the
+ *	               grant is committed (and flushed) with the write, and the
+ *	               name's lock, held to the commit, keeps others out even
+ *	               past the ttl (the cycle for work done in one transaction)
  *	  dlock_*_off  the same with dlock.durable_grants = off and
  *	               synchronous_commit = off in the session, the write's
  *	               transaction setting synchronous_commit = on for itself:
@@ -73,7 +79,8 @@
 
 typedef enum
 {
-	M_NOLOCK, M_ADVISORY, M_DLOCK_A, M_DLOCK_B, M_DLOCK_C, M_REDIS, M_ETCD, M_DOUBLE
+	M_NOLOCK, M_ADVISORY, M_DLOCK_A, M_DLOCK_B, M_DLOCK_C, M_DLOCK_D, M_REDIS, M_ETCD,
+	M_DOUBLE
 } Shape;
 
 typedef struct Method
@@ -91,6 +98,7 @@ static const Method methods[] = {
 	{"dlock_a", M_DLOCK_A, 0, 0},
 	{"dlock_b", M_DLOCK_B, 0, 0},
 	{"dlock_c", M_DLOCK_C, 0, 1},
+	{"dlock_d", M_DLOCK_D, 0, 0},
 	{"dlock_a_off", M_DLOCK_A, 1, 0},
 	{"dlock_b_off", M_DLOCK_B, 1, 0},
 	{"dlock_c_off", M_DLOCK_C, 1, 1},
@@ -209,6 +217,7 @@ pg_connect(Worker *w)
 		case M_DLOCK_A:
 		case M_DLOCK_B:
 		case M_DLOCK_C:
+		case M_DLOCK_D:
 			pg_prepare(w, "write_fenced", write_fenced_sql);
 			pg_prepare(w, "acquire",
 					   "SELECT token FROM dlock.acquire($1, '30s'::interval, $2, timeout => '10s'::interval)");
@@ -570,6 +579,31 @@ cycle(Worker *w, int first, int n, int write)
 					s[k++] = (Step) {"release", 2, {name, owner}, 'T', 0};
 					s[k++] = (Step) {"commit", 0, {NULL, NULL}, 'C', 1};
 				}
+				pg_pipeline(w, s, k, n);
+			}
+			break;
+
+		case M_DLOCK_D:
+			snprintf(owner, sizeof(owner), "w%d-%lu", w->id, w->serial++);
+			{
+				char		sql[256];
+				PGresult   *res;
+				Step		s[3];
+				int			k = 0;
+
+				/* names and owners are plain: no quoting needed */
+				snprintf(sql, sizeof(sql),
+						 "BEGIN; SELECT token FROM dlock.acquire('%s', '30s', '%s', timeout => '10s')",
+						 name, owner);
+				res = PQexec(w->pg, sql);
+				if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+					die(w, "BEGIN; acquire: %s", PQerrorMessage(w->pg));
+				snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
+				PQclear(res);
+				if (write)
+					s[k++] = (Step) {"write_fenced", 2, {ids, token}, 'W', 0};
+				s[k++] = (Step) {"release", 2, {name, owner}, 'T', 0};
+				s[k++] = (Step) {"commit", 0, {NULL, NULL}, 'C', 1};
 				pg_pipeline(w, s, k, n);
 			}
 			break;

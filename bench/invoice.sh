@@ -13,6 +13,8 @@
 #   dlock_b         dlock: acquire; fenced write + release (2 transactions)
 #   dlock_c         dlock: acquire_all of a batch of BATCH accounts; the
 #                   batch's fenced write + release_all (2 transactions a batch)
+#   dlock_d         dlock: acquire, fenced write and release in one
+#                   transaction (the grant commits with the write)
 #   dlock_*_off     the same with dlock.durable_grants = off
 #   redis_everysec  Redis SET NX PX + compare-and-delete, AOF everysec
 #   redis_always    the same, appendfsync always (both unfenced)
@@ -55,7 +57,7 @@ else
 fi
 WORKERS=${WORKERS:-20}
 BATCH=${BATCH:-10}
-METHODS=${METHODS:-nolock nolock_batch advisory dlock_a dlock_b dlock_c dlock_a_off dlock_b_off dlock_c_off redis_everysec redis_always etcd}
+METHODS=${METHODS:-nolock nolock_batch advisory dlock_a dlock_b dlock_c dlock_d dlock_a_off dlock_b_off dlock_c_off redis_everysec redis_always etcd}
 PG_PORT=${PG_PORT:-54340}
 REDIS_PORT=${REDIS_PORT:-54380}
 ETCD_PORT=${ETCD_PORT:-54381}
@@ -69,6 +71,7 @@ declare -A LABEL=(
     [dlock_a]="dlock (a): acquire; fenced write; release"
     [dlock_b]="dlock (b): acquire; fenced write + release"
     [dlock_c]="dlock (c): acquire_all of $BATCH; write + release_all"
+    [dlock_d]="dlock (d): acquire + fenced write + release, one transaction"
     [dlock_a_off]="dlock (a), durable_grants = off"
     [dlock_b_off]="dlock (b), durable_grants = off"
     [dlock_c_off]="dlock (c), durable_grants = off"
@@ -79,7 +82,7 @@ declare -A LABEL=(
 # transactions and round trips per account
 declare -A COST=(
     [nolock]="1 / 1" [nolock_batch]="1/$BATCH / 1/$BATCH" [advisory]="1 / 1" [dlock_a]="3 / 3" [dlock_b]="2 / 2"
-    [dlock_c]="2/$BATCH / 2/$BATCH" [dlock_a_off]="3 / 3" [dlock_b_off]="2 / 2"
+    [dlock_c]="2/$BATCH / 2/$BATCH" [dlock_d]="1 / 2" [dlock_a_off]="3 / 3" [dlock_b_off]="2 / 2"
     [dlock_c_off]="2/$BATCH / 2/$BATCH" [redis_everysec]="1 / 3" [redis_always]="1 / 3"
     [etcd]="1 / 4"
 )
