@@ -5,9 +5,11 @@
 -- Variables: names (names to pick from, at most the number of accounts),
 -- pause_ms (pause after a refused acquire; see bench_not_granted).
 \set k random(1, :names)
-SELECT coalesce(l.token, 0) AS token
-  FROM (SELECT) one LEFT JOIN dlock.try_acquire('k' || CAST(:k AS integer), CAST('10 s' AS interval),
-                                   'client-' || CAST(:client_id AS integer)) l ON true \gset
+-- a refused try_acquire returns no row, and \aset then leaves token 0
+\set token 0
+SELECT token
+  FROM dlock.try_acquire('k' || CAST(:k AS integer), CAST('10 s' AS interval),
+                         'client-' || CAST(:client_id AS integer)) \aset
 \if :token = 0
 \sleep :pause_ms ms
 SELECT bench_not_granted();
