@@ -25,7 +25,7 @@ REGRESS_NOT_PRELOADED = errors observability
 ifdef PRELOADED
 REGRESS := $(filter-out $(REGRESS_NOT_PRELOADED),$(REGRESS))
 endif
-ISOLATION      = race fence_regrant stale_snapshot rollback \
+ISOLATION      = race fence_regrant stale_snapshot rollback self_wait \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
                  same_owner_retry purge_race sets_order \
                  shared_fence semaphore kinds_fifo watch_grants first_permits \
@@ -96,13 +96,27 @@ install: install-cli
 uninstall: uninstall-cli
 endif
 
-cli/dlock: $(CLI_SRCS) cli/dlock_cli.h
-	$(CC) $(CFLAGS) $(PG_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
+# The command's version (dlock --version) is META.json's, which must be
+# dlock.control's default_version with a patch level (1.2 -> 1.2.N), as make
+# dist checks it: one version, written once, not a copy in the C source
+CLI_VERSION         = $(shell perl -MJSON::PP -0777 -ne 'print JSON::PP->new->decode($$_)->{version} // ""' META.json)
+CLI_CONTROL_VERSION = $(shell sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" dlock.control)
+
+cli/dlock: $(CLI_SRCS) cli/dlock_cli.h META.json dlock.control
+	@echo '$(CLI_VERSION)' | grep -Eqx '$(subst .,\.,$(CLI_CONTROL_VERSION))\.[0-9]+' || \
+		{ echo "META.json's version \"$(CLI_VERSION)\" is not dlock.control's default_version \"$(CLI_CONTROL_VERSION)\" with a patch level (such as $(CLI_CONTROL_VERSION).0)" >&2; exit 1; }
+	$(CC) $(CFLAGS) $(PG_CFLAGS) -DDLOCK_VERSION='"$(CLI_VERSION)"' \
+		-I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
 		$(LDFLAGS) -L$(shell $(PG_CONFIG) --libdir) -lpq -lm
 
+# Installed on this machine (no DESTDIR: not staged for a package), the
+# command may shadow another dlock on PATH, such as the package's
+# /usr/bin/dlock behind /usr/local/bin, or be shadowed by one: say which
+# runs
 install-cli: cli/dlock
 	$(MKDIR_P) '$(DESTDIR)$(CLI_BINDIR)'
 	$(INSTALL_PROGRAM) cli/dlock '$(DESTDIR)$(CLI_BINDIR)/dlock'
+	$(if $(DESTDIR),,@bash scripts/dlock-on-path.sh '$(CLI_BINDIR)/dlock')
 
 uninstall-cli:
 	rm -f '$(DESTDIR)$(CLI_BINDIR)/dlock'
@@ -116,23 +130,36 @@ dist:
 	DIST_DIR='$(or $(DIST_DIR),.)' bash scripts/dist.sh
 
 # Whole suite on a throwaway cluster; installs what is missing (see README)
-.PHONY: test test-ha demo bench
+.PHONY: test test-ha test-drivers demo bench
 test:
 	bash scripts/test.sh
+
+# The recipes of docs/drivers/ with real client drivers, directly and through
+# pgbouncer in transaction mode, against the installed build
+test-drivers: install
+	bash test/drivers/run.sh
 
 # dlock under real HA managers (pg_auto_failover, then Patroni with etcd): switchover and crash
 test-ha:
 	bash test/ha/run.sh
 
+# The README's own checks: its size, the links of README.md and docs/*.md,
+# and its first SQL block run in psql on a fresh database
+.PHONY: check-readme
+check-readme:
+	PG_CONFIG='$(PG_CONFIG)' bash scripts/check-readme.sh
+
 # The double-debit story on a throwaway cluster
 demo:
 	bash scripts/demo.sh
 
-# Benchmarks on throwaway clusters (see README, Performance): waiting and
+# Benchmarks on throwaway clusters (see docs/performance.md): waiting and
 # handoff, dlock.purge() on a million names, dlock side by side with its
-# alternatives, then a lock cycle's instructions (about 40 minutes)
+# alternatives, the nightly-invoice workload, then a lock cycle's
+# instructions (about 50 minutes)
 bench:
 	bash bench/run.sh
 	bash bench/purge.sh
 	bash bench/compare.sh
+	bash bench/invoice.sh
 	bash bench/instructions.sh

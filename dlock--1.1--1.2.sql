@@ -67,3 +67,42 @@ END
 $locks$;
 COMMENT ON VIEW dlock.locks IS
   'dlock''s locks in pg_locks for this database. kind: name (a name''s state, in the modes of the conflict rule: AccessShareLock for a true fence, RowExclusiveLock for a grant made alongside others of its kind, ShareUpdateExclusiveLock for a renew or release, ShareRowExclusiveLock for any other grant or a force_release, AccessExclusiveLock for a grant into slot 0 or a purge), queue (ExclusiveLock: the head of the name''s queue of waiters), session (ExclusiveLock of a session-bound holder, key token), watch (AccessShareLock of a session in dlock.watch()), pin (the token of a shared lease or permit outside slot 0: AccessShareLock for a true fence, AccessExclusiveLock for a grant that waits for it or reuses its slot), claim (a slot, an owner or a name''s first kind claimed by a writer; name NULL) or epoch (ExclusiveLock while the token counter moves to a new timeline''s epoch). name: the lease name, once it has a committed row. waitstart: since when a lock that is not granted has been waited for.';
+
+--
+-- try_acquire returns a set: one row when granted, no row when refused.
+-- Until 1.1 a refusal was one row of NULLs, which clients that test for a
+-- row (if row:, rows.length, ResultSet.next()) took for a grant.  The
+-- return type of a function cannot be changed in place, so it is dropped
+-- and made again, with the same C entry point (which returns one composite,
+-- NULL when refused, to a database still at 1.0 or 1.1).  EXECUTE is
+-- granted to PUBLIC again, as when it was made.
+--
+DROP FUNCTION dlock.try_acquire(text, pg_catalog.interval, text, pg_catalog.interval, boolean,
+                                text, boolean, boolean, integer);
+CREATE FUNCTION dlock.try_acquire(name text, ttl interval, owner text DEFAULT NULL,
+                                  lock_delay interval DEFAULT NULL,
+                                  session_bound boolean DEFAULT false,
+                                  value text DEFAULT NULL,
+                                  queue boolean DEFAULT false,
+                                  shared boolean DEFAULT false,
+                                  max_holders integer DEFAULT 1)
+RETURNS SETOF dlock.lease
+AS 'MODULE_PATHNAME', 'dlock_try_acquire'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
+COMMENT ON FUNCTION dlock.try_acquire(text, interval, text, interval, boolean, text, boolean, boolean, integer) IS
+  'Grants a lease of name for ttl at once and returns it as one row, or returns no row when another owner holds it, it is being changed, it is in its lock-delay, or others wait for it; never blocks. NULL owner: the server generates one. lock_delay NULL: dlock.default_lock_delay. value: published in dlock.leases (the same owner asking again keeps the old one when NULL). queue: a refused caller keeps its place in the name''s queue for ttl, and is granted in arrival order when it calls again (needs dlock in shared_preload_libraries). shared: a shared lease, live alongside other shared ones. max_holders: a permit of a counting semaphore, at most max_holders live at once.';
+
+--
+-- dlock.holder gets a binary form, so that a binary-format SELECT or a
+-- binary COPY of dlock.lease_state works: the role's name as text, as in
+-- the text form (an OID would name another role in another cluster).
+--
+CREATE FUNCTION dlock.holder_recv(pg_catalog.internal)
+RETURNS dlock.holder
+AS 'MODULE_PATHNAME', 'dlock_holder_recv'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+CREATE FUNCTION dlock.holder_send(dlock.holder)
+RETURNS pg_catalog.bytea
+AS 'MODULE_PATHNAME', 'dlock_holder_send'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+ALTER TYPE dlock.holder SET (RECEIVE = dlock.holder_recv, SEND = dlock.holder_send);

@@ -13,6 +13,9 @@
 #             distribution (CDF) of a writer's waits behind readers, from
 #             writer-samples.tsv; both with kinds-info.tsv (bench/compare.sh,
 #             section kinds)
+#   invoice   invoice.svg: the nightly-invoice run's seconds by method, and
+#             the same chart as text, invoice.txt (gnuplot's dumb terminal),
+#             from invoice.tsv and invoice-info.tsv (bench/invoice.sh)
 #
 # Without CHART, every chart whose data is there.  bench/run.sh and
 # bench/compare.sh call it after writing their data; it can be run again by
@@ -302,18 +305,74 @@ EOF
     echo "chart: $OUT/writer-wait.svg"
 }
 
+# --- nightly invoices ---------------------------------------------------------
+
+chart_invoice() {
+    local data=$OUT/invoice.tsv meta=$OUT/invoice-info.tsv floor title
+    floor=$(awk -F '\t' '$1 == "nolock" { print $3 }' "$data")
+    title="Nightly invoices: $(info "$meta" accounts) accounts, $(info "$meta" workers) workers; run time by lock method (median of $(info "$meta" rounds) round(s))"
+    # One row a method, in the table's order: label, seconds, bar colour
+    # (0xRRGGBB as a number: grey no lock, blues advisory, reds dlock,
+    # lighter with durable_grants off, greens Redis, purple etcd)
+    awk -F '\t' 'NR > 1 {
+        c = 10406625
+        if ($1 ~ /^dlock/) c = ($1 ~ /_off$/ ? 16476746 : 10817301)
+        if ($1 ~ /^redis/) c = 3253076
+        if ($1 == "etcd") c = 7695281
+        if ($1 == "nolock") c = 8355711
+        printf "%s\t%s\t%d\n", $2, $3, c
+    }' "$data" >"$TMP/invoice.tsv"
+    gnuplot <<EOF
+$TERMINAL
+set output '$OUT/invoice.svg'
+set datafile separator "\t"
+set title "$title\n$(subtitle "$meta"), etcd $(info "$meta" etcd)"
+set ylabel 'seconds for the night (less is better)'
+set yrange [0:*]
+set offsets 0, 0, graph 0.1, 0
+set boxwidth 0.7
+set style fill solid 0.9 noborder
+set xtics rotate by -25 left scale 0 font ',11'
+set grid ytics lc rgb '#e5e5e5'
+set bmargin 13
+set rmargin 30
+${floor:+set arrow from graph 0, first $floor to graph 1, first $floor nohead dt 2 lc rgb '#555555'}
+${floor:+set label 'no lock' at graph 1.005, first $floor left textcolor rgb '#555555'}
+plot '$TMP/invoice.tsv' using 0:2:3:xtic(1) with boxes lc rgb variable notitle, \
+     '' using 0:2:(sprintf('%.2f', column(2))) with labels offset 0, 0.7 font ',10' notitle
+EOF
+    echo "chart: $OUT/invoice.svg"
+    # The same as text, for docs/performance.md: one bar a method, numbered
+    gnuplot >"$OUT/invoice.txt" <<EOF
+set terminal dumb size 90, 24 noenhanced
+set datafile separator "\t"
+set title "run time, s"
+set yrange [0:*]
+set xrange [-0.7:*]
+set boxwidth 0.6
+set style fill solid 1.0
+set xtics scale 0
+unset key
+plot '$TMP/invoice.tsv' using 0:2:xtic(sprintf('%d', column(0) + 1)) with boxes
+EOF
+    awk -F '\t' '{ printf "%d: %s (%.2f s)\n", NR, $1, $2 }' "$TMP/invoice.tsv" >>"$OUT/invoice.txt"
+    echo "chart: $OUT/invoice.txt"
+}
+
 charts=("$@")
 if [ ${#charts[@]} -eq 0 ]; then
     has_rows "$OUT/handoff-samples.tsv" && charts+=(handoff)
     has_rows "$OUT/cycle-rate.tsv" && charts+=(cycles)
     has_rows "$OUT/kinds.tsv" && charts+=(kinds)
+    has_rows "$OUT/invoice.tsv" && charts+=(invoice)
 fi
 for chart in "${charts[@]}"; do
     case $chart in
         handoff) has_rows "$OUT/handoff-samples.tsv" || { echo "charts: no data in $OUT/handoff-samples.tsv" >&2; exit 1; } ;;
         cycles) has_rows "$OUT/cycle-rate.tsv" || { echo "charts: no data in $OUT/cycle-rate.tsv" >&2; exit 1; } ;;
         kinds) has_rows "$OUT/kinds.tsv" || { echo "charts: no data in $OUT/kinds.tsv" >&2; exit 1; } ;;
-        *) echo "usage: charts.sh [handoff] [cycles] [kinds]" >&2; exit 64 ;;
+        invoice) has_rows "$OUT/invoice.tsv" || { echo "charts: no data in $OUT/invoice.tsv" >&2; exit 1; } ;;
+        *) echo "usage: charts.sh [handoff] [cycles] [kinds] [invoice]" >&2; exit 64 ;;
     esac
     "chart_$chart"
 done

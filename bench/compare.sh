@@ -81,33 +81,15 @@ fi
 POLL_MS=${POLL_MS:-1}
 NAMES=10000
 PG_PORT=54332
-REDIS_PORT=54379
+REDIS_PORT=${REDIS_PORT:-54379}
 BENCH_DIR=$SRC_DIR/bench
 T0=$(date +%s)
 
 # --- packages -----------------------------------------------------------------
 
-ensure_bench_packages() {
-    local missing=() pkg
-    for pkg in redis-server libhiredis-dev libpq-dev gnuplot-nox; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' ||
-            missing+=("$pkg")
-    done
-    [ ${#missing[@]} -eq 0 ] && return
-    say "installing ${missing[*]}"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends "${missing[@]}" >/dev/null
-    # The package may have started a system-wide Redis: not ours to keep
-    if command -v systemctl >/dev/null && systemctl is-active -q redis-server 2>/dev/null; then
-        as_root systemctl stop redis-server || true
-    elif command -v service >/dev/null && pgrep -x redis-server >/dev/null; then
-        as_root service redis-server stop >/dev/null 2>&1 || true
-    fi
-}
-
+. "$BENCH_DIR/servers.sh"
 ensure_packages
-ensure_bench_packages
+ensure_bench_packages redis-server libhiredis-dev libpq-dev gnuplot-nox
 if [ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
     echo "dlock is not installed in $("$PG_CONFIG" --bindir): run make install first" >&2
     exit 1
@@ -122,18 +104,6 @@ fi
 start_cluster "$PG_PORT" max_connections=100 shared_buffers=1GB \
     log_min_messages=fatal log_min_error_statement=panic
 
-REDIS_PID=
-stop_redis() {
-    [ -n "$REDIS_PID" ] || return 0
-    kill -TERM "$REDIS_PID" 2>/dev/null || return 0
-    # A daemonized Redis is reaped by init, maybe late: an exited process that
-    # still shows up as a zombie has stopped all the same
-    for _ in $(seq 100); do
-        case "$(ps -o stat= -p "$REDIS_PID" 2>/dev/null)" in '' | Z*) return 0 ;; esac
-        sleep 0.1
-    done
-    kill -KILL "$REDIS_PID" 2>/dev/null || true
-}
 # Redis keeps its files in the cluster's work directory, so stop it first
 trap 'stop_redis; stop_cluster' EXIT
 trap 'exit 130' INT TERM
@@ -157,26 +127,7 @@ cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" \
     -L"$("$PG_CONFIG" --libdir)" -lpq -lm
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/bin" "$WORK/sql" "$WORK/logs"
 
-if (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; then
-    echo "port $REDIS_PORT is in use; Redis cannot start there" >&2
-    exit 1
-fi
-as_run_user mkdir -p "$WORK/redis"
-# Loopback only, no snapshots, AOF on; appendfsync is switched per table
-as_run_user redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --protected-mode yes \
-    --dir "$WORK/redis" --save '' --appendonly yes --appendfsync always \
-    --daemonize yes --pidfile "$WORK/redis/redis.pid" --logfile "$WORK/redis/redis.log"
-redis() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
-for _ in $(seq 100); do
-    [ -s "$WORK/redis/redis.pid" ] && [ "$(redis ping 2>/dev/null)" = PONG ] && break
-    sleep 0.1
-done
-REDIS_PID=$(cat "$WORK/redis/redis.pid" 2>/dev/null || true)
-if [ -z "$REDIS_PID" ] || [ "$(redis ping 2>/dev/null)" != PONG ]; then
-    echo "Redis did not start:" >&2
-    cat "$WORK/redis/redis.log" >&2 || true
-    exit 1
-fi
+start_redis "$WORK/redis" "$REDIS_PORT" || exit 1
 
 say "setting up"
 psql_do -v names="$NAMES" -f "$WORK/sql/bench_setup.sql"

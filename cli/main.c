@@ -12,6 +12,11 @@
 
 #include "dlock_cli.h"
 
+/* the Makefile sets it from META.json, checked against dlock.control */
+#ifndef DLOCK_VERSION
+#error "DLOCK_VERSION is not defined: build the command with make"
+#endif
+
 Verbosity	verbosity = VERBOSITY_NORMAL;
 const char *progname = "dlock";
 
@@ -75,11 +80,15 @@ usage(FILE *out)
 			"  dlock watch NAME [--json]\n"
 			"  dlock release NAME --owner OWNER\n"
 			"  dlock force-release NAME\n"
+			"  dlock --version\n"
+			"Options may come before the command, after it, or after NAME, up to \"--\".\n"
 			"\n"
 			"run: acquire lease NAME, run COMMAND as a child in its own process group,\n"
 			"renew the lease every ttl/3, release it when the child exits, and exit with\n"
 			"the child's status.  The child gets DLOCK_NAME, DLOCK_TOKEN, DLOCK_OWNER and\n"
 			"DLOCK_EXPIRES_AT in its environment, to fence its writes with dlock.fence().\n"
+			"If the lease is busy, run says on stderr which lease is held, by which owner\n"
+			"(where this role may see it) and until when, and exits 75 (--conflict-exit-code).\n"
 			"If the lease is lost (a renew says it is gone, or no renew succeeded in time),\n"
 			"the child's process group gets SIGTERM at once and SIGKILL after --kill-after.\n"
 			"SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the child; before the\n"
@@ -87,6 +96,10 @@ usage(FILE *out)
 			"dlock itself dies, the child gets SIGTERM (on Linux).  --wait bounds all of\n"
 			"the time before the child starts: within it a server that is down, restarts\n"
 			"or fails over is reconnected to with backoff, and the wait goes on.\n"
+			"\n"
+			"status: the live leases (or NAME's, in any state): token, kind, holder role,\n"
+			"state, acquired, expires in, owner (\"-\" where this role may not see it) and\n"
+			"value.\n"
 			"\n"
 			"watch: print the live lease of NAME (token, owner where visible, value,\n"
 			"expiry) and then one line each time it changes, until interrupted; with\n"
@@ -115,10 +128,12 @@ usage(FILE *out)
 			"\n"
 			"Common options:\n"
 			"  -d, --dbname=CONNINFO         database to connect to (conninfo or URI)\n"
-			"  -q, --quiet                   no messages, only the exit code\n"
+			"  -q, --quiet                   no messages (not even why run is busy), only\n"
+			"                                the exit code\n"
 			"  -v, --verbose                 report each step on stderr\n"
 			"      --json                    status or watch as JSON\n"
 			"  -h, --help                    show this help and exit\n"
+			"      --version                 show dlock's version and exit\n"
 			"\n"
 			"DURATION is PostgreSQL interval text: 30s, '5 min', 1h.  Connection settings\n"
 			"also come from libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER, ...);\n"
@@ -171,6 +186,29 @@ json_string(const char *s)
 	putchar('"');
 }
 
+/* value_or_dash - a column of a status line: its value, or "-" for NULL */
+static const char *
+value_or_dash(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? "-" : PQgetvalue(res, row, col);
+}
+
+/* json_or_null - a column as a JSON string, or null for NULL */
+static void
+json_or_null(const PGresult *res, int row, int col)
+{
+	if (PQgetisnull(res, row, col))
+		fputs("null", stdout);
+	else
+		json_string(PQgetvalue(res, row, col));
+}
+
+/*
+ * cmd_status - the leases of dlock.leases, as the caller may see them:
+ * owner is NULL there for the leases of roles whose privileges the caller
+ * does not have, and shown as "-" (null in JSON); the holder of a lease sees
+ * its owner, which release needs
+ */
 static int
 cmd_status(const char *dbname, const char *name, bool json)
 {
@@ -181,12 +219,13 @@ cmd_status(const char *dbname, const char *name, bool json)
 							  "       to_char(acquired_at, 'YYYY-MM-DD HH24:MI:SS.MSOF'),"
 							  "       CASE WHEN state = 'live' THEN"
 							  "         round(extract(epoch FROM expires_at - clock_timestamp()), 3)::text END,"
-							  "       coalesce(owner, ''),"
-							  /* the kind columns are there from version 1.1 on */
+							  "       owner,"
+							  /* the kind columns and value are there from version 1.1 on */
 							  "       CASE WHEN (to_jsonb(l) ->> 'shared')::boolean THEN 'shared'"
 							  "            WHEN (to_jsonb(l) ->> 'max_holders')::integer > 1"
 							  "            THEN 'semaphore/' || (to_jsonb(l) ->> 'max_holders')"
-							  "            ELSE 'exclusive' END"
+							  "            ELSE 'exclusive' END,"
+							  "       to_jsonb(l) ->> 'value'"
 							  "  FROM dlock.leases l"
 							  " WHERE ($1::text IS NULL OR name = $1) AND (state = 'live' OR $1 IS NOT NULL)"
 							  " ORDER BY name, token",
@@ -211,25 +250,32 @@ cmd_status(const char *dbname, const char *name, bool json)
 			json_string(PQgetvalue(res, i, 7));
 			printf(", \"acquired_at\": ");
 			json_string(PQgetvalue(res, i, 4));
-			printf(", \"expires_in_seconds\": %s}",
+			/* owner and value come last: the earlier keys keep their places */
+			printf(", \"expires_in_seconds\": %s, \"owner\": ",
 				   PQgetisnull(res, i, 5) ? "null" : PQgetvalue(res, i, 5));
+			json_or_null(res, i, 6);
+			printf(", \"value\": ");
+			json_or_null(res, i, 8);
+			printf("}");
 		}
 		printf("]\n");
 	}
 	else
 	{
-		printf("%-30s %10s %-14s %-16s %-14s %-30s %s\n",
-			   "NAME", "TOKEN", "KIND", "HOLDER ROLE", "STATE", "ACQUIRED", "EXPIRES IN");
+		/* owner and value come last: the earlier columns keep their places */
+		printf("%-30s %10s %-14s %-16s %-14s %-30s %-12s %-32s %s\n",
+			   "NAME", "TOKEN", "KIND", "HOLDER ROLE", "STATE", "ACQUIRED",
+			   "EXPIRES IN", "OWNER", "VALUE");
 		for (int i = 0; i < PQntuples(res); i++)
 		{
 			char		expires[64] = "-";
 
 			if (!PQgetisnull(res, i, 5))
 				snprintf(expires, sizeof(expires), "%ss", PQgetvalue(res, i, 5));
-			printf("%-30s %10s %-14s %-16s %-14s %-30s %s\n",
+			printf("%-30s %10s %-14s %-16s %-14s %-30s %-12s %-32s %s\n",
 				   PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 7),
 				   PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
-				   expires);
+				   expires, value_or_dash(res, i, 6), value_or_dash(res, i, 8));
 		}
 	}
 	PQclear(res);
@@ -261,8 +307,22 @@ enum
 {
 	OPT_TTL = 256, OPT_WAIT, OPT_OWNER, OPT_LOCK_DELAY, OPT_SESSION_BOUND,
 	OPT_CONFLICT, OPT_KILL_AFTER, OPT_JSON, OPT_VALUE, OPT_POLL, OPT_SHARED,
-	OPT_MAX_HOLDERS
+	OPT_MAX_HOLDERS, OPT_VERSION
 };
+
+/* known_command - is this one of dlock's commands? */
+static bool
+known_command(const char *command)
+{
+	static const char *const commands[] = {
+		"run", "status", "watch", "release", "force-release", "help"
+	};
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(command, commands[i]) == 0)
+			return true;
+	return false;
+}
 
 int
 main(int argc, char **argv)
@@ -272,6 +332,7 @@ main(int argc, char **argv)
 		{"quiet", no_argument, NULL, 'q'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, OPT_VERSION},
 		{"ttl", required_argument, NULL, OPT_TTL},
 		{"wait", required_argument, NULL, OPT_WAIT},
 		{"owner", required_argument, NULL, OPT_OWNER},
@@ -290,38 +351,37 @@ main(int argc, char **argv)
 		.ttl = "30s", .wait = "0", .kill_after = "10s",
 		.conflict_exit_code = EXIT_CONFLICT
 	};
-	const char *command;
+	const char *command = NULL;
 	bool		json = false;
+	int			rest = -1;		/* argv index of the first argument past
+								 * the command and NAME */
 	int			c;
 
-	if (argc < 2)
-	{
-		usage(stderr);
-		return EXIT_USAGE;
-	}
-	command = argv[1];
-	if (strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0 ||
-		strcmp(command, "help") == 0)
-	{
-		usage(stdout);
-		return EXIT_OK;
-	}
-	if (strcmp(command, "run") != 0 && strcmp(command, "status") != 0 &&
-		strcmp(command, "watch") != 0 &&
-		strcmp(command, "release") != 0 && strcmp(command, "force-release") != 0)
-		return bad_usage("unknown command \"%s\"", command);
-
-	/* NAME comes first; "+" stops at the first non-option or at "--" */
-	optind = 2;
-	if (argc > 2 && argv[2][0] != '-')
-	{
-		run.name = argv[2];
-		optind = 3;
-	}
-	while ((c = getopt_long(argc, argv, "+d:qvh", long_options, NULL)) != -1)
+	/*
+	 * Options may come anywhere before "--": before the command, between
+	 * it and NAME, or after NAME.  A leading "-" in the option string makes
+	 * getopt_long return the operands in order, as option 1, without
+	 * reordering argv (GNU and BSD alike; it overrides POSIXLY_CORRECT).
+	 * The first operand is the command, the second NAME; a third ends the
+	 * parsing, so that a COMMAND given without "--" keeps its own options.
+	 */
+	while (rest < 0 &&
+		   (c = getopt_long(argc, argv, "-d:qvh", long_options, NULL)) != -1)
 	{
 		switch (c)
 		{
+			case 1:
+				if (command == NULL)
+				{
+					command = optarg;
+					if (!known_command(command))
+						return bad_usage("unknown command \"%s\"", command);
+				}
+				else if (run.name == NULL)
+					run.name = optarg;
+				else
+					rest = optind - 1;
+				break;
 			case 'd':
 				run.dbname = optarg;
 				break;
@@ -333,6 +393,9 @@ main(int argc, char **argv)
 				break;
 			case 'h':
 				usage(stdout);
+				return EXIT_OK;
+			case OPT_VERSION:
+				printf("%s %s\n", progname, DLOCK_VERSION);
 				return EXIT_OK;
 			case OPT_TTL:
 				run.ttl = optarg;
@@ -378,15 +441,29 @@ main(int argc, char **argv)
 				run.poll = optarg;
 				break;
 			default:
+				/* getopt_long has said what was wrong */
 				fprintf(stderr, "Try \"%s --help\" for more information.\n", progname);
 				return EXIT_USAGE;
 		}
 	}
+	/* parsing ended at "--" or at the end: the rest follows */
+	if (rest < 0)
+		rest = optind;
 
+	if (command == NULL)
+	{
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	if (strcmp(command, "help") == 0)
+	{
+		usage(stdout);
+		return EXIT_OK;
+	}
 	if (strcmp(command, "status") == 0)
 	{
-		if (optind < argc)
-			return bad_usage("unexpected argument \"%s\"", argv[optind]);
+		if (rest < argc)
+			return bad_usage("unexpected argument \"%s\"", argv[rest]);
 		return cmd_status(run.dbname, run.name, json);
 	}
 	if (run.name == NULL || run.name[0] == '\0')
@@ -394,24 +471,24 @@ main(int argc, char **argv)
 
 	if (strcmp(command, "watch") == 0)
 	{
-		if (optind < argc)
-			return bad_usage("unexpected argument \"%s\"", argv[optind]);
+		if (rest < argc)
+			return bad_usage("unexpected argument \"%s\"", argv[rest]);
 		return watch_command(run.dbname, run.name, json);
 	}
 	if (strcmp(command, "release") == 0 || strcmp(command, "force-release") == 0)
 	{
 		bool		force = strcmp(command, "force-release") == 0;
 
-		if (optind < argc)
-			return bad_usage("unexpected argument \"%s\"", argv[optind]);
+		if (rest < argc)
+			return bad_usage("unexpected argument \"%s\"", argv[rest]);
 		if (!force && run.owner == NULL)
 			return bad_usage("%s: --owner is required", command);
 		return cmd_release(run.dbname, run.name, run.owner, force);
 	}
 
-	/* run: getopt has consumed the "--" */
-	if (optind >= argc)
+	/* run: the COMMAND is what follows "--", or NAME without it */
+	if (rest >= argc)
 		return bad_usage("%s: a COMMAND to run is required after --", command);
-	run.command = &argv[optind];
+	run.command = &argv[rest];
 	return run_command(&run);
 }

@@ -40,12 +40,21 @@
  * code if it answered that the lease is busy.  With the default --wait 0 a
  * server that is down is tried once.
  *
+ * Busy: a run that exits with the conflict exit code says so on stderr in
+ * one line, unless --quiet: the lease, and its live holders (or the lease
+ * whose lock-delay runs) as dlock.leases shows them to the caller, with
+ * their expiry; the owner only where dlock.leases shows it, that is to
+ * roles with the privileges of the holder's role.  The holders are read
+ * just after the refusal, with the same connection.
+ *
  * Polling (--poll, behind a transaction pooler): try_acquire(..., queue =>
  * true) every --poll instead of one waiting acquire().  The server keeps the
  * poller's place in the queue for ttl from each poll, so a --poll longer
  * than a lease's validity after a renew (ttl less the drift allowance and
  * the safety margin) is refused as a usage error: the place would lapse
  * between polls, and an acquire() that came later would be served first.
+ * A refusal is no row from a server at version 1.2 and a row of NULLs from
+ * one at 1.0 or 1.1: the client reads both as busy.
  *
  * Signals before the child starts: SIGINT, SIGTERM, SIGHUP or SIGQUIT while
  * dlock connects or waits end the run at once.  The waiting dlock.acquire is
@@ -685,6 +694,105 @@ stopped(const RunOptions *opts)
 	return 128 + sig;
 }
 
+/*
+ * describe_holder - append one holder of a busy lease to buf: "owner O of
+ * role R until T (in S s)"; dlock.leases shows the owner only to roles
+ * with the holder role's privileges, so for others "a holder of role R"
+ */
+static void
+describe_holder(char *buf, size_t size, const PGresult *res, int row)
+{
+	size_t		len = strlen(buf);
+
+	if (PQgetisnull(res, row, 0))
+		len += snprintf(buf + len, size - len, "a holder of role %s",
+						PQgetvalue(res, row, 1));
+	else
+		len += snprintf(buf + len, size - len, "owner %s of role %s",
+						PQgetvalue(res, row, 0), PQgetvalue(res, row, 1));
+	if (len < size)
+		snprintf(buf + len, size - len, " until %s (in %s s)",
+				 PQgetvalue(res, row, 3), PQgetvalue(res, row, 4));
+}
+
+/*
+ * say_busy - the one line of a run that did not get the lease, on stderr
+ * unless --quiet: which lease, and, as far as dlock.leases shows them to
+ * this role, who holds it and until when.  The holders are read after the
+ * refusal, so they may have changed meanwhile; without a connection (conn
+ * NULL or broken) or an answer the line names the lease only.
+ */
+static void
+say_busy(PGconn *conn, const RunOptions *opts)
+{
+	const char *params[1] = {opts->name};
+	PGresult   *res = NULL;
+	char		line[1024] = "";
+	int			rows = 0;
+
+	if (verbosity == VERBOSITY_QUIET)
+		return;
+
+	/* live holders first, newest first; else a lease in its lock-delay */
+	if (conn != NULL &&
+		query_until(conn,
+					"SELECT owner, holder_role::text, state,"
+					"       to_char(t, 'YYYY-MM-DD HH24:MI:SS.MSOF'),"
+					"       round(extract(epoch FROM t - clock_timestamp())::numeric, 1)::text,"
+					"       count(*) FILTER (WHERE state = 'live') OVER ()"
+					"  FROM dlock.leases,"
+					"       LATERAL (SELECT CASE WHEN state = 'live' THEN expires_at"
+					"                            ELSE grantable_at END AS t) u"
+					" WHERE name = $1"
+					"   AND (state = 'live' OR grantable_at > clock_timestamp())"
+					" ORDER BY state <> 'live', token DESC"
+					" LIMIT 3",
+					1, params, now_s() + CANCEL_WAIT_S, 0, false, &res) == QUERY_DONE &&
+		db_result_ok(res))
+		rows = PQntuples(res);
+
+	if (rows == 0)
+		snprintf(line, sizeof(line), "%s",
+				 res == NULL || !db_result_ok(res) ? "" :
+				 ": it has no holder now (others wait for it ahead, or it has just been freed)");
+	else if (strcmp(PQgetvalue(res, 0, 5), "0") == 0)
+	{
+		/* no live holder: the last lease ended and its lock-delay runs */
+		snprintf(line, sizeof(line), ": its last lease (%s %s) %s, and its lock-delay runs "
+				 "until %s (in %s s)",
+				 PQgetisnull(res, 0, 0) ? "of role" : "owner",
+				 PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 1) : PQgetvalue(res, 0, 0),
+				 strcmp(PQgetvalue(res, 0, 2), "expired") == 0 ? "expired" :
+				 strcmp(PQgetvalue(res, 0, 2), "force_released") == 0 ? "was force-released" :
+				 "ended",
+				 PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 4));
+	}
+	else
+	{
+		long		holders = strtol(PQgetvalue(res, 0, 5), NULL, 10);
+		int			shown = 0;
+
+		snprintf(line, sizeof(line), ": held by ");
+		if (holders > 1)
+			snprintf(line + strlen(line), sizeof(line) - strlen(line), "%ld holders: ", holders);
+		for (; shown < rows && strcmp(PQgetvalue(res, shown, 2), "live") == 0; shown++)
+		{
+			if (shown > 0)
+				strncat(line, "; ", sizeof(line) - strlen(line) - 1);
+			describe_holder(line, sizeof(line), res, shown);
+		}
+		if (holders > shown)
+			snprintf(line + strlen(line), sizeof(line) - strlen(line), "; and %ld more",
+					 holders - shown);
+	}
+	/* one line, whatever the owners and role names hold */
+	for (char *c = line; *c; c++)
+		if ((unsigned char) *c < 0x20)
+			*c = '?';
+	note("lease \"%s\" is busy%s", opts->name, line);
+	PQclear(res);
+}
+
 /* release - give the lease back */
 static void
 release(PGconn **conn, const RunOptions *opts, Lease *lease)
@@ -801,11 +909,18 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 			}
 		}
 		lease_arguments(opts, sql, sizeof(sql), params, &nparams);
-		strncat(sql, ") WHERE token IS NOT NULL", sizeof(sql) - strlen(sql) - 1);
+		strncat(sql, ")", sizeof(sql) - strlen(sql) - 1);
 		sent_at = now_s();
 		outcome = query_until(*conn, sql, nparams, params,
 							  now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, &res);
-		if (outcome == QUERY_DONE && db_result_ok(res) && PQntuples(res) == 1)
+
+		/*
+		 * A refusal is no row from a server at version 1.2 (try_acquire
+		 * returns SETOF dlock.lease), and a row whose token is NULL from one
+		 * at 1.0 or 1.1: both are "busy"
+		 */
+		if (outcome == QUERY_DONE && db_result_ok(res) && PQntuples(res) == 1 &&
+			!PQgetisnull(res, 0, 1))
 		{
 			took_lease(res, sent_at, opts, lease);
 			PQclear(res);
@@ -829,7 +944,7 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 		next_poll = sent_at + poll_s;
 		if (next_poll > wait_deadline)
 		{
-			info("lease \"%s\" is busy", opts->name);
+			say_busy(*conn, opts);
 			release(conn, opts, lease);		/* gives up the place */
 			return opts->conflict_exit_code;
 		}
@@ -922,7 +1037,7 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 
 			if (strcmp(state, "55P03") == 0)
 			{
-				info("lease \"%s\" is busy", opts->name);
+				say_busy(*conn, opts);
 				code = opts->conflict_exit_code;
 			}
 			else

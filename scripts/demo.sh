@@ -7,12 +7,22 @@
 # was waiting in dlock.acquire(), is granted the name with a newer token,
 # debits and releases.  Worker 1 wakes up and writes with its old token:
 # dlock.fence() in the WHERE clause refuses the write.  The account is
-# debited exactly once.
+# debited exactly once.  Then the dlock command: a job runs under the same
+# lease, and a second run of it is turned away with who holds the lease.
+#
+# The demo installs the extension only.  It runs the dlock command from the
+# build tree (cli/dlock), so that it leaves no copy in /usr/local/bin to
+# shadow the package's /usr/bin/dlock, and says which dlock is on PATH.
 
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 ensure_packages
-build_and_install
+say "building dlock"
+make -s -C "$SRC_DIR" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Wall -Wextra -Werror" >/dev/null
+say "installing the extension, not the dlock command"
+as_root make -s -C "$SRC_DIR" PG_CONFIG="$PG_CONFIG" NO_CLI=1 install >/dev/null
+DLOCK=$SRC_DIR/cli/dlock
+say "the demo runs $DLOCK ($("$DLOCK" --version)); \"dlock\" on PATH: $(command -v dlock || echo none)"
 
 say "starting a throwaway cluster (unix socket only)"
 start_cluster 54329
@@ -76,6 +86,25 @@ tell result "leases:"
 sql -P tuples_only=off -P footer=off -P format=aligned -c "SELECT name, token, owner, state FROM dlock.leases" | sed 's/^/            /'
 if [ "$balance" != "380" ]; then
     echo "demo failed: expected balance 380" >&2
+    exit 1
+fi
+
+# The dlock command: a job under the lease, and a second run turned away
+tell cli "dlock run account:77 --owner nightly-1 -- sleep 3   (in the background)"
+"$DLOCK" run account:77 --owner nightly-1 --ttl 10s -- sleep 3 &
+job=$!
+until [ "$(sql -c "SELECT count(*) FROM dlock.leases WHERE name = 'account:77' AND state = 'live'")" = 1 ]; do
+    sleep 0.1
+done
+tell cli "dlock run account:77 -- echo never   (a second run)"
+rc=0
+busy=$("$DLOCK" run account:77 -- echo never 2>&1) || rc=$?
+tell cli "  -> exit $rc: $busy"
+tell cli "dlock status account:77"
+"$DLOCK" status account:77 | sed 's/^/            /'
+wait "$job"
+if [ "$rc" != 75 ] || [[ "$busy" != *'is busy: held by owner nightly-1 '* ]]; then
+    echo "demo failed: expected the second run to exit 75 and name the holder" >&2
     exit 1
 fi
 say "done; stopping the throwaway cluster"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make test: the whole suite (pg_regress, isolation, TAP, the stress
-# checker) on throwaway clusters, ending with a line "N passed, N failed".
+# make test: the whole suite (the README's checks, pg_regress, isolation,
+# TAP, the stress checker, the drivers' recipes) on throwaway clusters,
+# ending with a line "N passed, N failed".
 # The benchmarks' smoke runs are not part of it (they install Redis and
 # gnuplot): .ci/run runs them after it.
 #
@@ -56,6 +57,9 @@ run_suite() {
     failed=$((failed + bad))
 }
 
+# The README: at most 40,000 bytes, its links and those of docs/*.md
+# resolve, its first SQL block prints UPDATE 1 on a fresh database
+run_suite readme check-readme
 # Each starts a private instance in the copy (TEMP_INSTANCE in the Makefile)
 run_suite regress installcheck ISOLATION= TAP_TESTS=
 run_suite isolation installcheck REGRESS= TAP_TESTS=
@@ -98,6 +102,20 @@ run_check() {
 run_check "stress checker, fenced and control runs" \
     '^(mode=|attempts=|final_set=|tokens in|kinds: \((a|b|c)\)|kinds: errors|RESULT)' \
     bash "$SRC_DIR/stress/run.sh"
+
+# The recipes of docs/drivers/ with real drivers, directly and through
+# pgbouncer: its own "N passed, N failed" line is added to the sums
+say "drivers"
+set +e
+bash "$SRC_DIR/test/drivers/run.sh" 2>&1 | tee "$WORK/drivers.out"
+rc=${PIPESTATUS[0]}
+set -e
+if sums=$(tail -n 1 "$WORK/drivers.out" | grep -E '^[0-9]+ passed, [0-9]+ failed$'); then
+    passed=$((passed + ${sums%% *}))
+    sums=${sums#*, }
+    failed=$((failed + ${sums%% *}))
+fi
+[ "$rc" -eq 0 ] || [ -n "$sums" ] || failed=$((failed + 1))
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

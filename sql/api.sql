@@ -4,7 +4,7 @@
 -- Tokens come from a fresh database, so their values are stable.
 --
 
--- The objects the extension installs (the README's reference lists them).
+-- The objects the extension installs (docs/reference.md lists them).
 -- From PostgreSQL 17 on, the row types of its tables and views and the array
 -- types are recorded as members too: they come with their owners and are
 -- left out, so that the list is the same on every major
@@ -30,9 +30,9 @@ LANGUAGE sql AS $$ INSERT INTO granted (name, token) SELECT l.name, l.token WHER
 -- try_acquire
 --
 SELECT name, owner, token, expires_at - clock_timestamp() BETWEEN '9s' AND '10s' AS ttl_from_now
-  FROM log_grant(dlock.try_acquire('job:a', '10s', 'w1'));
+  FROM log_grant((SELECT l FROM dlock.try_acquire('job:a', '10s', 'w1') l));
 -- another owner: NULL at once
-SELECT dlock.try_acquire('job:a', '10s', 'w2') IS NULL AS refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('job:a', '10s', 'w2')) AS refused;
 -- the same owner again: same token, new expiry
 SELECT name, owner, token, expires_at - clock_timestamp() BETWEEN '59s' AND '1min' AS extended
   FROM dlock.try_acquire('job:a', '1min', 'w1');
@@ -41,11 +41,11 @@ SELECT token, expires_at - clock_timestamp() BETWEEN '4s' AND '5s' AS shortened
   FROM dlock.try_acquire('job:a', '5s', 'w1');
 -- no owner given: the server generates a random 128-bit one
 SELECT owner ~ '^[0-9a-f]{32}$' AS generated, token
-  FROM log_grant(dlock.try_acquire('job:b', '10s'));
+  FROM log_grant((SELECT l FROM dlock.try_acquire('job:b', '10s') l));
 SELECT a.owner <> b.owner AS distinct_owners
   FROM dlock.try_acquire('job:c1', '10s') a, dlock.try_acquire('job:c2', '10s') b;
 -- a generated owner never matches the holder, so the lease is not extended
-SELECT dlock.try_acquire('job:b', '10s') IS NULL AS refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('job:b', '10s')) AS refused;
 
 --
 -- renew
@@ -64,7 +64,7 @@ SELECT dlock.release('job:a', 'w1') AS released;
 SELECT dlock.release('job:a', 'w1') AS released_twice;
 SELECT dlock.renew('job:a', 'w1', '30s') IS NULL AS renew_after_release;
 -- the next grant, even to the same owner, gets a new, larger token
-SELECT name, owner, token FROM log_grant(dlock.try_acquire('job:a', '10s', 'w1'));
+SELECT name, owner, token FROM log_grant((SELECT l FROM dlock.try_acquire('job:a', '10s', 'w1') l));
 
 --
 -- fence
@@ -106,7 +106,7 @@ SELECT pg_advisory_unlock(0, 0);
 --
 -- expiry, on the server's clock
 --
-SELECT token AS short_token FROM log_grant(dlock.try_acquire('job:short', '100ms', 'w1')) \gset
+SELECT token AS short_token FROM log_grant((SELECT l FROM dlock.try_acquire('job:short', '100ms', 'w1') l)) \gset
 SELECT dlock.fence('job:short', :short_token) AS live_before;
 SELECT pg_sleep(0.2);
 SELECT state FROM dlock.leases WHERE name = 'job:short';
@@ -114,9 +114,9 @@ SELECT dlock.fence('job:short', :short_token) AS live_after,
        dlock.renew('job:short', 'w1', '10s') IS NULL AS renew_refused,
        dlock.release('job:short', 'w1') AS release_refused;
 -- the lease is free: another owner gets a new token
-SELECT owner, token FROM log_grant(dlock.try_acquire('job:short', '10s', 'w2'));
+SELECT owner, token FROM log_grant((SELECT l FROM dlock.try_acquire('job:short', '10s', 'w2') l));
 -- the old holder asking again after expiry gets no lease while w2 holds it
-SELECT dlock.try_acquire('job:short', '10s', 'w1') IS NULL AS refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('job:short', '10s', 'w1')) AS refused;
 
 --
 -- acquire: waiting
@@ -151,7 +151,7 @@ RESET statement_timeout;
 --
 -- force_release
 --
-SELECT token AS g_token FROM log_grant(dlock.try_acquire('job:g', '1h', 'w1')) \gset
+SELECT token AS g_token FROM log_grant((SELECT l FROM dlock.try_acquire('job:g', '1h', 'w1') l)) \gset
 SELECT dlock.fence('job:g', :g_token) AS live_before_force;
 SELECT dlock.force_release('job:g') AS forced;
 SELECT dlock.force_release('job:g') AS forced_twice;
@@ -159,15 +159,15 @@ SELECT dlock.force_release('never:granted') AS never_granted;
 SELECT dlock.fence('job:g', :g_token) AS old_token_fenced_off,
        dlock.release('job:g', 'w1') AS holder_release,
        dlock.renew('job:g', 'w1', '1s') IS NULL AS holder_renew_refused;
-SELECT owner, token FROM log_grant(dlock.try_acquire('job:g', '1h', 'w2'));
+SELECT owner, token FROM log_grant((SELECT l FROM dlock.try_acquire('job:g', '1h', 'w2') l));
 
 --
 -- the view
 --
 SELECT dlock.release('job:f', 'w2');
-SELECT dlock.try_acquire('job:x', '1ms', 'w1') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('job:x', '1ms', 'w1')) AS granted;
 SELECT pg_sleep(0.01);
-SELECT dlock.try_acquire('job:y', '1h', 'w1') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('job:y', '1h', 'w1')) AS granted;
 SELECT dlock.force_release('job:y');
 SELECT name, token, owner, holder_role, state,
        acquired_at <= expires_at AS ordered,
@@ -185,3 +185,55 @@ SELECT count(*) AS grants,
 
 DROP TABLE granted, accounts, many;
 DROP FUNCTION log_grant(dlock.lease);
+
+--
+-- A refused try_acquire returns no row (1.2), in the FROM form, the scalar
+-- form and PL/pgSQL's FOUND, so that "is there a row" means "granted"
+--
+SELECT EXISTS (SELECT FROM dlock.try_acquire('setof:a', '1h', 'w1')) AS granted;
+SELECT count(*) AS rows_when_refused FROM dlock.try_acquire('setof:a', '1h', 'w2');
+SELECT token FROM dlock.try_acquire('setof:a', '1h', 'w2');
+SELECT (dlock.try_acquire('setof:a', '1h', 'w2')).token AS scalar_form;
+SELECT count(*) AS rows_when_granted FROM dlock.try_acquire('setof:b', '1h', 'w2');
+DO $$
+DECLARE
+  l dlock.lease;
+BEGIN
+  SELECT * INTO l FROM dlock.try_acquire('setof:a', '1h', 'w3');
+  RAISE NOTICE 'refused: FOUND is %', FOUND;
+  SELECT * INTO l FROM dlock.try_acquire('setof:c', '1h', 'w3');
+  RAISE NOTICE 'granted: FOUND is %, owner %', FOUND, l.owner;
+END
+$$;
+SELECT dlock.release('setof:a', 'w1'), dlock.release('setof:b', 'w2'),
+       dlock.release('setof:c', 'w3');
+
+--
+-- An owner-less acquire() repeated by the session that holds the lease
+-- under its generated owner would wait for itself: 55006 at once
+--
+SELECT owner AS self_owner FROM dlock.acquire('self:a', '1h') \gset
+\set VERBOSITY default
+SELECT dlock.acquire('self:a', '1h');
+-- the same with a timeout: still at once, not after it
+SELECT dlock.acquire('self:a', '1h', timeout => '1h');
+-- a shared lease of the name waits for this session's exclusive one too
+SELECT dlock.acquire('self:a', '1h', shared => true);
+-- a semaphore whose every permit this session holds
+SELECT token > 0 AS permit_1 FROM dlock.acquire('self:p', '1h', max_holders => 2);
+SELECT token > 0 AS permit_2 FROM dlock.acquire('self:p', '1h', max_holders => 2);
+SELECT dlock.acquire('self:p', '1h', max_holders => 2);
+-- timeout 0 never waits: the usual 55P03
+SELECT dlock.acquire('self:a', '1h', timeout => '0');
+-- with the owner it holds, the lease is extended at once
+SELECT token > 0 AS extended FROM dlock.acquire('self:a', '1h', :'self_owner');
+-- (a lease of another session's generated owner is waited for as usual:
+-- specs/self_wait.spec); behind a pooler (dlock.allow_session_bound off) this backend may serve
+-- another client, whose lease it may be: it waits
+SET dlock.allow_session_bound = off;
+SELECT dlock.acquire('self:a', '1h', timeout => '100ms');
+RESET dlock.allow_session_bound;
+\set VERBOSITY terse
+SELECT dlock.release('self:a', :'self_owner');
+SELECT count(*) AS force_released FROM dlock.leases l, LATERAL dlock.force_release(l.name) f
+ WHERE l.name = 'self:p' AND f;

@@ -28,8 +28,11 @@ SELECT t.typname, format_type(a.atttypid, a.atttypmod) AS view_holder_role
                                                    WHERE attrelid = 'dlock.lease_state'::regclass
                                                      AND attname = 'holder_role')
  WHERE a.attrelid = 'dlock.leases'::regclass AND a.attname = 'holder_role';
--- No binary form: a role OID from elsewhere must not name a role here
-COPY (SELECT 'regress_dlock_holder'::dlock.holder) TO STDOUT (FORMAT binary);
+-- The binary form is the text form, never the OID: a role OID from
+-- elsewhere must not name a role here (binary COPY out and in: t/009)
+SELECT convert_from(dlock.holder_send('regress_dlock_holder'::dlock.holder), 'UTF8') AS binary_form,
+       convert_from(dlock.holder_send('-'::dlock.holder), 'UTF8') AS binary_no_role,
+       convert_from(dlock.holder_send('"Mixed Case"'::dlock.holder), 'UTF8') AS binary_unknown;
 
 --
 -- A lease held by no role (as restored from a dump into a cluster without
@@ -41,7 +44,7 @@ VALUES ('h:none', nextval('dlock.token_seq'), 'w', '-', clock_timestamp(),
         clock_timestamp() + interval '1h', '0', false);
 SET ROLE regress_dlock_holder;
 SELECT owner, holder_role, state FROM dlock.leases WHERE name = 'h:none';
-SELECT dlock.try_acquire('h:none', '1h', 'w') IS NULL AS try_refused,
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('h:none', '1h', 'w')) AS try_refused,
        dlock.renew('h:none', 'w', '1h') IS NULL AS renew_refused,
        dlock.release('h:none', 'w') AS released;
 SELECT dlock.force_release('h:none');

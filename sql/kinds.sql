@@ -29,9 +29,9 @@ $$;
 -- Bad input, and requests that contradict the live leases: the documented
 -- SQLSTATE, nothing changed, no token drawn
 --
-SELECT dlock.try_acquire('kinds:shared', '1h', 'r1', shared => true) IS NOT NULL AS granted;
-SELECT dlock.try_acquire('kinds:sem', '1h', 'p1', max_holders => 2) IS NOT NULL AS granted;
-SELECT dlock.try_acquire('kinds:excl', '1h', 'x1') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:shared', '1h', 'r1', shared => true)) AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:sem', '1h', 'p1', max_holders => 2)) AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:excl', '1h', 'x1')) AS granted;
 
 CREATE TEMP TABLE state_before AS SELECT * FROM dlock.lease_state;
 SELECT last_value AS counter_before FROM dlock.token_seq \gset
@@ -87,11 +87,11 @@ SELECT dlock.try_acquire('kinds:sem', '1s', 'p1', shared => true);
 -- The limits themselves are accepted: max_holders => 1 asks for an
 -- exclusive lease, or a shared one beside shared => true; a semaphore of
 -- 1000
-SELECT dlock.try_acquire('kinds:one', '1h', 'o', max_holders => 1) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:one', '1h', 'o', max_holders => 1)) AS granted;
 SELECT * FROM pg_temp.holders('kinds:one');
-SELECT dlock.try_acquire('kinds:one-shared', '1h', 'o', shared => true, max_holders => 1) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:one-shared', '1h', 'o', shared => true, max_holders => 1)) AS granted;
 SELECT * FROM pg_temp.holders('kinds:one-shared');
-SELECT dlock.try_acquire('kinds:thousand', '1h', 'o', max_holders => 1000) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:thousand', '1h', 'o', max_holders => 1000)) AS granted;
 SELECT * FROM pg_temp.holders('kinds:thousand');
 
 --
@@ -104,7 +104,7 @@ SELECT token AS s2 FROM dlock.acquire('kinds:shared', '1h', 's2', shared => true
 SELECT token AS s3 FROM dlock.try_acquire('kinds:shared', '1h', 's3', shared => true) \gset
 SELECT :s1 < :s2 AND :s2 < :s3 AS own_growing_tokens;
 SELECT * FROM pg_temp.holders('kinds:shared');
-SELECT dlock.try_acquire('kinds:shared', '1h', 'x') IS NULL AS exclusive_refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:shared', '1h', 'x')) AS exclusive_refused;
 \set VERBOSITY default
 SELECT dlock.acquire('kinds:shared', '1h', 'x', timeout => '0');
 SELECT dlock.acquire('kinds:shared', '1h', 'x', timeout => '10ms');
@@ -150,19 +150,19 @@ SELECT dlock.fence('kinds:shared', :s1) AS s1, dlock.fence('kinds:shared', :s3) 
 
 -- An exclusive lease: no shared lease beside it; once it is released, a
 -- shared one is granted
-SELECT dlock.try_acquire('kinds:excl', '1h', 's', shared => true) IS NULL AS shared_refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:excl', '1h', 's', shared => true)) AS shared_refused;
 \set VERBOSITY default
 SELECT dlock.acquire('kinds:excl', '1h', 's', timeout => '0', shared => true);
 \set VERBOSITY terse
 SELECT dlock.release('kinds:excl', 'x1');
-SELECT dlock.try_acquire('kinds:excl', '1h', 's', shared => true) IS NOT NULL AS shared_granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:excl', '1h', 's', shared => true)) AS shared_granted;
 SELECT * FROM pg_temp.holders('kinds:excl');
 
 -- Up to 1000 shared leases live at once
-SELECT count(dlock.try_acquire('kinds:many', '1h', 'r' || i, shared => true)) AS granted
+SELECT count((SELECT token FROM dlock.try_acquire('kinds:many', '1h', 'r' || i, shared => true))) AS granted
   FROM generate_series(1, 1000) i;
-SELECT dlock.try_acquire('kinds:many', '1h', 'r1001', shared => true) IS NULL AS refused_1001st;
-SELECT dlock.try_acquire('kinds:many', '1h', 'r500', shared => true) IS NOT NULL AS holder_again;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:many', '1h', 'r1001', shared => true)) AS refused_1001st;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:many', '1h', 'r500', shared => true)) AS holder_again;
 SELECT count(*) AS live, count(DISTINCT token) AS tokens, max(slot) AS top_slot
   FROM dlock.leases l JOIN dlock.lease_state s USING (name, token)
  WHERE l.name = 'kinds:many' AND l.state = 'live';
@@ -175,7 +175,7 @@ SELECT dlock.release('kinds:sem', 'p1');
 SELECT token AS p1 FROM dlock.try_acquire('kinds:sem', '1h', 'p1', max_holders => 3) \gset
 SELECT token AS p2 FROM dlock.acquire('kinds:sem', '1h', 'p2', max_holders => 3) \gset
 SELECT token AS p3 FROM dlock.try_acquire('kinds:sem', '1h', 'p3', max_holders => 3) \gset
-SELECT dlock.try_acquire('kinds:sem', '1h', 'p4', max_holders => 3) IS NULL AS fourth_refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:sem', '1h', 'p4', max_holders => 3)) AS fourth_refused;
 \set VERBOSITY default
 SELECT dlock.acquire('kinds:sem', '1h', 'p4', timeout => '0', max_holders => 3);
 \set VERBOSITY terse
@@ -193,27 +193,27 @@ SELECT dlock.release('kinds:sem', 'p2') AS released;
 SELECT dlock.fence('kinds:sem', :p1) AS p1, dlock.fence('kinds:sem', :p2) AS p2,
        dlock.fence('kinds:sem', :p3) AS p3;
 SELECT token > :p3 AS newer_token FROM dlock.try_acquire('kinds:sem', '1h', 'p4', max_holders => 3);
-SELECT dlock.try_acquire('kinds:sem', '1h', 'p5', max_holders => 3) IS NULL AS full_again;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:sem', '1h', 'p5', max_holders => 3)) AS full_again;
 SELECT * FROM pg_temp.holders('kinds:sem');
 
 -- A permit in its lock-delay still takes one of the permits, and keeps a
 -- request with another limit waiting (refused: it is not live, so there is
 -- no limit to contradict)
 SELECT dlock.release('kinds:sem', 'p1'), dlock.release('kinds:sem', 'p3'), dlock.release('kinds:sem', 'p4');
-SELECT dlock.try_acquire('kinds:sem', '1h', 'd1', lock_delay => '1h', max_holders => 2) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:sem', '1h', 'd1', lock_delay => '1h', max_holders => 2)) AS granted;
 SELECT dlock.force_release('kinds:sem') AS forced;
-SELECT dlock.try_acquire('kinds:sem', '1h', 'd2', max_holders => 2) IS NOT NULL AS second_granted;
-SELECT dlock.try_acquire('kinds:sem', '1h', 'd3', max_holders => 2) IS NULL AS third_refused;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:sem', '1h', 'd2', max_holders => 2)) AS second_granted;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:sem', '1h', 'd3', max_holders => 2)) AS third_refused;
 SELECT owner, state FROM dlock.leases WHERE name = 'kinds:sem' AND state <> 'released' ORDER BY owner;
 SELECT dlock.release('kinds:sem', 'd2');
-SELECT dlock.try_acquire('kinds:sem', '1h', 'd4', max_holders => 5) IS NULL AS delayed_permit_of_2;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:sem', '1h', 'd4', max_holders => 5)) AS delayed_permit_of_2;
 -- an expired permit gives its slot back on the server's clock
 SELECT token AS e1 FROM dlock.try_acquire('kinds:expiring', '500ms', 'e1', max_holders => 2) \gset
-SELECT dlock.try_acquire('kinds:expiring', '1h', 'e2', max_holders => 2) IS NOT NULL AS granted;
-SELECT dlock.try_acquire('kinds:expiring', '1h', 'e3', max_holders => 2) IS NULL AS full;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:expiring', '1h', 'e2', max_holders => 2)) AS granted;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:expiring', '1h', 'e3', max_holders => 2)) AS full;
 SELECT pg_sleep(0.6);
 SELECT dlock.fence('kinds:expiring', :e1) AS expired_token;
-SELECT dlock.try_acquire('kinds:expiring', '1h', 'e3', max_holders => 2) IS NOT NULL AS granted_after_expiry;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:expiring', '1h', 'e3', max_holders => 2)) AS granted_after_expiry;
 SELECT * FROM pg_temp.holders('kinds:expiring');
 SELECT count(*) AS rows_of_expiring FROM dlock.lease_state WHERE name = 'kinds:expiring';
 
@@ -265,7 +265,7 @@ $$;
 -- pin is the name's own lock, which readers granted at once would all need)
 -- to the other kinds.  The one insert is the exclusive lease's first row.
 --
-SELECT count(dlock.try_acquire('kinds:reuse', '1h', 'r' || i, shared => true)) AS granted
+SELECT count((SELECT token FROM dlock.try_acquire('kinds:reuse', '1h', 'r' || i, shared => true))) AS granted
   FROM generate_series(1, 3) i;
 SELECT count(*) FILTER (WHERE dlock.release('kinds:reuse', 'r' || i)) AS released
   FROM generate_series(1, 3) i;
@@ -329,15 +329,15 @@ COMMIT;
 -- Lock-delay: a shared lease that expired in its lock-delay keeps an
 -- exclusive lease from being granted, not another shared one
 --
-SELECT dlock.try_acquire('kinds:delay', '100ms', 'd', lock_delay => '1h', shared => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:delay', '100ms', 'd', lock_delay => '1h', shared => true)) AS granted;
 SELECT pg_sleep(0.2);
 SELECT state, grantable_at > clock_timestamp() + interval '50min' AS in_delay
   FROM dlock.leases WHERE name = 'kinds:delay';
-SELECT dlock.try_acquire('kinds:delay', '1h', 'x') IS NULL AS exclusive_refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:delay', '1h', 'x')) AS exclusive_refused;
 \set VERBOSITY default
 SELECT dlock.acquire('kinds:delay', '1h', 'x', timeout => '10ms');
 \set VERBOSITY terse
-SELECT dlock.try_acquire('kinds:delay', '1h', 's', shared => true) IS NOT NULL AS shared_granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:delay', '1h', 's', shared => true)) AS shared_granted;
 SELECT owner, state FROM dlock.leases WHERE name = 'kinds:delay' ORDER BY owner;
 
 --
@@ -348,7 +348,7 @@ SELECT owner, state FROM dlock.leases WHERE name = 'kinds:delay' ORDER BY owner;
 --
 SELECT token AS t1 FROM dlock.try_acquire('kinds:tx', '1h', 't1', shared => true) \gset
 BEGIN;
-SELECT dlock.try_acquire('kinds:tx', '1h', 't2', shared => true) IS NOT NULL AS granted_t2;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:tx', '1h', 't2', shared => true)) AS granted_t2;
 SAVEPOINT s;
 SELECT token AS t3 FROM dlock.try_acquire('kinds:tx', '1h', 't3', shared => true) \gset
 SELECT dlock.fence('kinds:tx', :t3) AS t3_in_savepoint;
@@ -363,13 +363,13 @@ BEGIN;
 SELECT token AS tp FROM dlock.try_acquire('kinds:tx', '1h', 'tp', shared => true) \gset
 PREPARE TRANSACTION 'kinds_2pc';
 SELECT dlock.fence('kinds:tx', :tp) AS prepared_token;
-SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NOT NULL AS granted_while_prepared;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true)) AS granted_while_prepared;
 SELECT dlock.fence('kinds:tx', :t1) AS t1_still_live;
 \c
 COMMIT PREPARED 'kinds_2pc';
 SELECT owner, state, shared FROM dlock.leases WHERE name = 'kinds:tx' AND state = 'live' ORDER BY owner;
 SELECT dlock.fence('kinds:tx', :tp) AS committed_token;
-SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NOT NULL AS extended_after_commit;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true)) AS extended_after_commit;
 
 --
 -- The locks of shared grants and fences follow the transaction: a shared
@@ -381,7 +381,7 @@ SELECT dlock.try_acquire('kinds:tx', '1h', 'tq', shared => true) IS NOT NULL AS 
 SELECT token AS pr FROM dlock.try_acquire('kinds:pins', '1h', 'pr', shared => true) \gset
 BEGIN;
 SAVEPOINT s;
-SELECT dlock.try_acquire('kinds:pins', '1h', 'ps', shared => true) IS NOT NULL AS granted_ps;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:pins', '1h', 'ps', shared => true)) AS granted_ps;
 SELECT kind, mode FROM dlock.locks
  WHERE pid = pg_backend_pid() AND kind IN ('name', 'claim', 'pin') ORDER BY kind, mode;
 ROLLBACK TO SAVEPOINT s;
@@ -394,12 +394,12 @@ SELECT kind, token = :pr AS pr_token, mode FROM dlock.locks
  WHERE pid = pg_backend_pid() AND kind IN ('name', 'claim', 'pin');
 PREPARE TRANSACTION 'kinds_pin';
 SELECT dlock.release('kinds:pins', 'pr');
-SELECT dlock.try_acquire('kinds:pins', '1h', 'px') IS NULL AS exclusive_refused_while_prepared;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('kinds:pins', '1h', 'px')) AS exclusive_refused_while_prepared;
 SELECT count(*) AS prepared_pins FROM dlock.locks WHERE kind = 'pin' AND token = :pr;
 \c
 COMMIT PREPARED 'kinds_pin';
 SELECT count(*) AS pins_after_commit FROM dlock.locks WHERE kind = 'pin' AND token = :pr;
-SELECT dlock.try_acquire('kinds:pins', '1h', 'px') IS NOT NULL AS exclusive_granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('kinds:pins', '1h', 'px')) AS exclusive_granted;
 
 DELETE FROM dlock.lease_state WHERE name LIKE 'kinds:%';
 

@@ -12,7 +12,7 @@
 CREATE FUNCTION lease_state_grantable(n text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF dlock.try_acquire(n, '1h', 'someone-else') IS NULL THEN
+  IF NOT EXISTS (SELECT FROM dlock.try_acquire(n, '1h', 'someone-else')) THEN
     RETURN false;
   END IF;
   RAISE EXCEPTION USING ERRCODE = 'P0001', MESSAGE = 'undo the grant';
@@ -44,7 +44,7 @@ SELECT v.name,
 --
 -- live
 --
-SELECT dlock.try_acquire('ls:live', '1h', 'o', lock_delay => '10min') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:live', '1h', 'o', lock_delay => '10min')) AS granted;
 SELECT state, grantable_at = expires_at + interval '10min' AS grantable_after_expiry_and_delay,
        lock_delay, ended_at IS NULL AS not_ended
   FROM dlock.leases WHERE name = 'ls:live';
@@ -56,10 +56,10 @@ SELECT * FROM lease_state_check WHERE name = 'ls:live';
 --
 -- expired: by a short ttl, and by moving the expiry back
 --
-SELECT dlock.try_acquire('ls:expired', '10ms', 'o') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:expired', '10ms', 'o')) AS granted;
 SELECT pg_sleep(0.05);
-SELECT dlock.try_acquire('ls:expired-delay', '1h', 'o', lock_delay => '1h') IS NOT NULL AS granted;
-SELECT dlock.try_acquire('ls:expired-delay-over', '1h', 'o', lock_delay => '1h') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:expired-delay', '1h', 'o', lock_delay => '1h')) AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:expired-delay-over', '1h', 'o', lock_delay => '1h')) AS granted;
 UPDATE dlock.lease_state SET expires_at = clock_timestamp() - interval '1min'
  WHERE name = 'ls:expired-delay';
 UPDATE dlock.lease_state SET expires_at = clock_timestamp() - interval '2h'
@@ -74,7 +74,7 @@ SELECT * FROM lease_state_check WHERE name LIKE 'ls:expired%' ORDER BY name;
 --
 -- released: grantable at once, whatever the lock-delay
 --
-SELECT dlock.try_acquire('ls:released', '1h', 'o', lock_delay => '1h') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:released', '1h', 'o', lock_delay => '1h')) AS granted;
 SELECT dlock.release('ls:released', 'o');
 SELECT state, grantable_at = ended_at AS grantable_since_release
   FROM dlock.leases WHERE name = 'ls:released';
@@ -83,12 +83,12 @@ SELECT * FROM lease_state_check WHERE name = 'ls:released';
 --
 -- force_released: in its lock-delay, then grantable once it has passed
 --
-SELECT dlock.try_acquire('ls:forced', '1h', 'o', lock_delay => '1h') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:forced', '1h', 'o', lock_delay => '1h')) AS granted;
 SELECT dlock.force_release('ls:forced');
 SELECT state, grantable_at = ended_at + lock_delay AS grantable_after_delay
   FROM dlock.leases WHERE name = 'ls:forced';
 SELECT * FROM lease_state_check WHERE name = 'ls:forced';
-SELECT dlock.try_acquire('ls:forced-over', '1h', 'o', lock_delay => '1h') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:forced-over', '1h', 'o', lock_delay => '1h')) AS granted;
 SELECT dlock.force_release('ls:forced-over');
 UPDATE dlock.lease_state SET ended_at = ended_at - interval '2h'
  WHERE name = 'ls:forced-over';
@@ -98,8 +98,8 @@ SELECT * FROM lease_state_check WHERE name = 'ls:forced-over';
 -- session_ended: DISCARD ALL drops the session lock; free at once, whatever
 -- the lock-delay, and no grantable_at
 --
-SELECT dlock.try_acquire('ls:session', '1h', 'o', lock_delay => '1h',
-                         session_bound => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:session', '1h', 'o', lock_delay => '1h',
+                         session_bound => true)) AS granted;
 SELECT state, holder_pid = pg_backend_pid() AS bound_here
   FROM dlock.leases WHERE name = 'ls:session';
 SELECT * FROM lease_state_check WHERE name = 'ls:session';
@@ -132,7 +132,7 @@ CREATE ROLE regress_ls_holder;
 CREATE ROLE regress_ls_other;
 CREATE ROLE regress_ls_member NOINHERIT IN ROLE regress_ls_holder;
 SET ROLE regress_ls_holder;
-SELECT dlock.try_acquire('ls:role', '1h', 'holder-owner') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('ls:role', '1h', 'holder-owner')) AS granted;
 SELECT owner, holder_role, state FROM dlock.leases WHERE name = 'ls:role';
 SET ROLE regress_ls_other;
 SELECT owner, holder_role, state FROM dlock.leases WHERE name = 'ls:role';

@@ -42,32 +42,32 @@ LANGUAGE sql AS $$ INSERT INTO granted VALUES (l.name, l.token) RETURNING token 
 --
 -- One name in each state
 --
-SELECT pg_temp.log_grant(dlock.try_acquire('live', '1h', 'o'));
-SELECT pg_temp.log_grant(dlock.try_acquire('released:new', '1h', 'o'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('live', '1h', 'o') l));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:new', '1h', 'o') l));
 SELECT dlock.release('released:new', 'o');
-SELECT pg_temp.log_grant(dlock.try_acquire('released:old', '1h', 'o'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:old', '1h', 'o') l));
 SELECT dlock.release('released:old', 'o');
 SELECT pg_temp.age_lease('released:old', '2h');
 -- expired 2h ago, without and with a lock-delay that has not passed yet
-SELECT pg_temp.log_grant(dlock.try_acquire('expired:old', '1s', 'o', '0s'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('expired:old', '1s', 'o', '0s') l));
 SELECT pg_temp.age_lease('expired:old', '2h');
-SELECT pg_temp.log_grant(dlock.try_acquire('expired:delay', '1s', 'o', '3h'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('expired:delay', '1s', 'o', '3h') l));
 SELECT pg_temp.age_lease('expired:delay', '2h');
 -- expired 30 minutes ago
-SELECT pg_temp.log_grant(dlock.try_acquire('expired:new', '1h', 'o', '0s'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('expired:new', '1h', 'o', '0s') l));
 SELECT pg_temp.age_lease('expired:new', '90min');
 -- force-released 2h ago: past a lock-delay of 1h, and in one of 3h
-SELECT pg_temp.log_grant(dlock.try_acquire('forced:old', '1h', 'o', '1h'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('forced:old', '1h', 'o', '1h') l));
 SELECT dlock.force_release('forced:old');
 SELECT pg_temp.age_lease('forced:old', '2h');
-SELECT pg_temp.log_grant(dlock.try_acquire('forced:delay', '1h', 'o', '3h'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('forced:delay', '1h', 'o', '3h') l));
 SELECT dlock.force_release('forced:delay');
 SELECT pg_temp.age_lease('forced:delay', '2h');
 -- session-bound: its session lock given up (the backend's exit, as far as
 -- the lease can tell), with an hour of ttl left; and one still held
-SELECT pg_temp.log_grant(dlock.try_acquire('session:ended', '1h', 'o', session_bound => true));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('session:ended', '1h', 'o', session_bound => true) l));
 SELECT pg_advisory_unlock_all();
-SELECT pg_temp.log_grant(dlock.try_acquire('session:live', '1h', 'o', session_bound => true));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('session:live', '1h', 'o', session_bound => true) l));
 
 SELECT name, state FROM dlock.leases ORDER BY name;
 
@@ -84,10 +84,10 @@ SELECT dlock.purge('1 hour') AS purged;
 SELECT name, state FROM dlock.leases ORDER BY name;
 
 -- The default: a day
-SELECT pg_temp.log_grant(dlock.try_acquire('released:day', '1h', 'o'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:day', '1h', 'o') l));
 SELECT dlock.release('released:day', 'o');
 SELECT pg_temp.age_lease('released:day', '25h');
-SELECT pg_temp.log_grant(dlock.try_acquire('released:hours', '1h', 'o'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:hours', '1h', 'o') l));
 SELECT dlock.release('released:hours', 'o');
 SELECT pg_temp.age_lease('released:hours', '23h');
 SELECT dlock.purge() AS purged;
@@ -101,7 +101,7 @@ SELECT name, state FROM dlock.leases ORDER BY name;
 --
 SELECT dlock.fence(name, token) AS old_token_fences FROM granted WHERE name = 'released:old';
 SELECT max(token) AS max_before FROM granted \gset
-SELECT pg_temp.log_grant(dlock.try_acquire('released:old', '1h', 'o2')) > :max_before
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:old', '1h', 'o2') l)) > :max_before
        AS larger_than_every_token;
 SELECT dlock.fence('released:old', min(token)) AS old_token_fences,
        dlock.fence('released:old', max(token)) AS new_token_fences
@@ -111,7 +111,7 @@ SELECT dlock.fence('released:old', min(token)) AS old_token_fences,
 -- The caller's own transaction: a name it fenced or changed is not purged,
 -- since the lock manager would let it take the name's lock anyway
 --
-SELECT pg_temp.log_grant(dlock.try_acquire('own:fenced', '2s', 'o')) AS fenced_token \gset
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:fenced', '2s', 'o') l)) AS fenced_token \gset
 BEGIN;
 SELECT dlock.fence('own:fenced', :fenced_token) AS fenced;
 SELECT pg_sleep_until(expires_at + '10ms') FROM dlock.lease_state WHERE name = 'own:fenced';
@@ -121,18 +121,18 @@ COMMIT;
 SELECT dlock.purge('0') AS purged_after_commit;
 
 BEGIN;
-SELECT pg_temp.log_grant(dlock.try_acquire('own:changed', '1h', 'o')) IS NOT NULL AS granted;
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:changed', '1h', 'o') l)) IS NOT NULL AS granted;
 SELECT dlock.release('own:changed', 'o');
 SELECT dlock.purge('0') AS purged_while_changed;
 COMMIT;
 SELECT dlock.purge('0') AS purged_after_commit;
 
 -- Purged and granted again in one transaction: the new row is inserted
-SELECT pg_temp.log_grant(dlock.try_acquire('own:regrant', '1h', 'o')) IS NOT NULL AS granted;
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:regrant', '1h', 'o') l)) IS NOT NULL AS granted;
 SELECT dlock.release('own:regrant', 'o');
 BEGIN;
 SELECT dlock.purge('0') AS purged;
-SELECT pg_temp.log_grant(dlock.try_acquire('own:regrant', '1h', 'o')) =
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:regrant', '1h', 'o') l)) =
        (SELECT last_value FROM dlock.token_seq) AS granted_newest;
 COMMIT;
 SELECT name, state FROM dlock.leases WHERE name = 'own:regrant';
@@ -147,7 +147,7 @@ SELECT name, state FROM dlock.leases WHERE name = 'own:regrant';
 --
 -- Batches: a call holds at most 1000 locks (here a quarter of the lock
 -- table is more), one per name of a plain lease, which the transaction
--- keeps; the procedure that loops until nothing is left (the README's
+-- keeps; the procedure that loops until nothing is left (docs/operations.md's
 -- recipe).  Names with many permits against a small lock table are in
 -- t/012_purge_cron.pl.
 --
@@ -223,7 +223,7 @@ ROLLBACK;
 CREATE ROLE regress_dlock_purge_user;
 CREATE ROLE regress_dlock_purge_owner;
 SET ROLE regress_dlock_purge_user;
-SELECT pg_temp.log_grant(dlock.try_acquire('user:name', '1h', 'u'));
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('user:name', '1h', 'u') l));
 SELECT dlock.release('user:name', 'u');
 SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_user;
 SELECT dlock.purge('0');
@@ -233,7 +233,7 @@ SET ROLE regress_dlock_purge_owner;
 SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_database_owner;
 RESET ROLE;
 SET ROLE regress_dlock_purge_user;
-SELECT pg_temp.log_grant(dlock.try_acquire('user:name', '1h', 'u')) IS NOT NULL AS granted;
+SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('user:name', '1h', 'u') l)) IS NOT NULL AS granted;
 SELECT dlock.release('user:name', 'u');
 RESET ROLE;
 GRANT regress_dlock_purge_owner TO regress_dlock_purge_user;

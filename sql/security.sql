@@ -54,7 +54,7 @@ SET ROLE regress_dlock_bob;
 -- bob sees the lease, not the owner string
 SELECT name, token = :a_token AS same_token, owner, holder_role, state FROM dlock.leases WHERE name = 'sec:a';
 -- knowing alice's owner string gives bob nothing
-SELECT dlock.try_acquire('sec:a', '1h', 'alice-owner') IS NULL AS try_refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('sec:a', '1h', 'alice-owner')) AS try_refused;
 SELECT dlock.acquire('sec:a', '1h', 'alice-owner', '0');
 SELECT dlock.renew('sec:a', 'alice-owner', '1h') IS NULL AS renew_refused,
        dlock.release('sec:a', 'alice-owner') AS released;
@@ -213,14 +213,14 @@ SELECT name, owner IS NOT NULL AS has_owner FROM dlock.try_acquire('sec:hg', '1h
 -- a lock-delay: force-released, the name is not granted again for an hour
 SELECT name, owner FROM dlock.try_acquire('sec:hd', '1h', 'bob-d', lock_delay => '1h');
 SELECT dlock.force_release('sec:hd') AS forced;
-SELECT dlock.try_acquire('sec:hd', '1h', 'bob-d') IS NULL AS in_lock_delay;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('sec:hd', '1h', 'bob-d')) AS in_lock_delay;
 SELECT dlock.acquire('sec:hd', '1h', 'bob-d', '0');
 -- a session-bound lease, whose holder is this backend
 SELECT token AS hs_token FROM dlock.try_acquire('sec:hs', '1h', 'bob-s', session_bound => true) \gset
 SELECT dlock.holder_alive(:hs_token) AS holder_alive;
 SELECT dlock.holder_alive(1) AS not_session_bound;
 -- alice's lease: refused as before, and her owner string stays hidden
-SELECT dlock.try_acquire('sec:ha', '1h', 'alice-ha') IS NULL AS try_refused;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('sec:ha', '1h', 'alice-ha')) AS try_refused;
 SELECT dlock.acquire('sec:ha', '1h', 'alice-ha', '0');
 SELECT dlock.renew('sec:ha', 'alice-ha', '1h') IS NULL AS renew_refused,
        dlock.release('sec:ha', 'alice-ha') AS released;

@@ -16,7 +16,7 @@ BEGIN
   END IF;
 END
 $$;
-SELECT count(dlock.try_acquire('storage:' || g, '1h', 'w')) AS granted,
+SELECT count((SELECT token FROM dlock.try_acquire('storage:' || g, '1h', 'w'))) AS granted,
        count(*) FILTER (WHERE dlock.release('storage:' || g, 'w')) AS released
   FROM generate_series(0, 9) g;
 CREATE TEMP TABLE size_before AS

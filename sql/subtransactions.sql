@@ -80,9 +80,9 @@ SELECT session_locks() AS session_locks_after_release;
 -- A session-bound grant rolled back to a savepoint gives its lock back at
 -- once; the grant kept beside it keeps its own
 BEGIN;
-SELECT dlock.try_acquire('sub:sb1', '1h', 'w', session_bound => true) IS NOT NULL AS kept;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:sb1', '1h', 'w', session_bound => true)) AS kept;
 SAVEPOINT s;
-SELECT dlock.try_acquire('sub:sb2', '1h', 'w', session_bound => true) IS NOT NULL AS rolled_back;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:sb2', '1h', 'w', session_bound => true)) AS rolled_back;
 SELECT session_locks() AS session_locks_in_savepoint;
 ROLLBACK TO SAVEPOINT s;
 SELECT session_locks() AS session_locks_after_rollback;
@@ -92,11 +92,11 @@ SELECT dlock.release('sub:sb1', 'w') AS released;
 
 -- DISCARD ALL ends this session's session-bound leases; the next
 -- session-bound grant works without a warning
-SELECT dlock.try_acquire('sub:d1', '1h', 'w', session_bound => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:d1', '1h', 'w', session_bound => true)) AS granted;
 DISCARD ALL;
 SELECT state FROM dlock.leases WHERE name = 'sub:d1';
-SELECT dlock.try_acquire('sub:d2', '1h', 'w', session_bound => true) IS NOT NULL AS granted;
-SELECT dlock.try_acquire('sub:d3', '1h', 'w', session_bound => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:d2', '1h', 'w', session_bound => true)) AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:d3', '1h', 'w', session_bound => true)) AS granted;
 SELECT name, state FROM dlock.leases WHERE name LIKE 'sub:d_' ORDER BY name;
 SELECT session_locks() AS session_locks_held;
 SELECT dlock.release('sub:d2', 'w') AND dlock.release('sub:d3', 'w') AS released;
@@ -104,16 +104,16 @@ SELECT dlock.release('sub:d2', 'w') AND dlock.release('sub:d3', 'w') AS released
 -- Two-phase commit: a session-bound grant cannot be prepared (the lease
 -- would follow this backend while another one decides its fate) ...
 BEGIN;
-SELECT dlock.try_acquire('sub:2pc-sb', '1h', 'w', session_bound => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sb', '1h', 'w', session_bound => true)) AS granted;
 PREPARE TRANSACTION 'dlock_sub_sb';
 SELECT count(*) AS rows_after_refused_prepare FROM dlock.leases WHERE name = 'sub:2pc-sb';
 SELECT session_locks() AS session_locks_after_refused_prepare;
 -- ... unless it was rolled back to a savepoint first
 BEGIN;
 SAVEPOINT s;
-SELECT dlock.try_acquire('sub:2pc-sb', '1h', 'w', session_bound => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sb', '1h', 'w', session_bound => true)) AS granted;
 ROLLBACK TO SAVEPOINT s;
-SELECT dlock.try_acquire('sub:2pc', '1h', 'w') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc', '1h', 'w')) AS granted;
 PREPARE TRANSACTION 'dlock_sub_plain';
 COMMIT PREPARED 'dlock_sub_plain';
 SELECT name, state FROM dlock.leases WHERE name LIKE 'sub:2pc%' ORDER BY name;
@@ -129,14 +129,14 @@ COMMIT PREPARED 'dlock_sub_release';
 SELECT dlock.fence('sub:2pc', :p_token) AS fenced_after_commit_prepared;
 -- A session-bound lease released through two-phase commit: the session
 -- lock is given back once the release is seen committed
-SELECT dlock.try_acquire('sub:2pc-sbr', '1h', 'w', session_bound => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sbr', '1h', 'w', session_bound => true)) AS granted;
 BEGIN;
 SELECT dlock.release('sub:2pc-sbr', 'w') AS released;
 PREPARE TRANSACTION 'dlock_sub_sb_release';
 SELECT state FROM dlock.leases WHERE name = 'sub:2pc-sbr';
 COMMIT PREPARED 'dlock_sub_sb_release';
 SELECT state FROM dlock.leases WHERE name = 'sub:2pc-sbr';
-SELECT dlock.try_acquire('sub:2pc-sbr2', '1h', 'w', session_bound => true) IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sbr2', '1h', 'w', session_bound => true)) AS granted;
 SELECT session_locks() AS session_locks_held;
 SELECT dlock.release('sub:2pc-sbr2', 'w') AS released;
 

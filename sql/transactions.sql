@@ -39,9 +39,9 @@ SELECT expires_at = :'expiry_before' AS expiry_unchanged FROM dlock.leases WHERE
 
 -- Savepoints: a grant rolled back to a savepoint is gone, the rest stays
 BEGIN;
-SELECT dlock.try_acquire('tx:b', '1h', 'w1') IS NOT NULL AS granted_b;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:b', '1h', 'w1')) AS granted_b;
 SAVEPOINT s1;
-SELECT dlock.try_acquire('tx:c', '1h', 'w1') IS NOT NULL AS granted_c;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:c', '1h', 'w1')) AS granted_c;
 ROLLBACK TO SAVEPOINT s1;
 COMMIT;
 SELECT name, state FROM dlock.leases WHERE name IN ('tx:b', 'tx:c') ORDER BY name;
@@ -117,27 +117,27 @@ DROP TABLE level_tokens;
 
 -- Two-phase commit: a prepared grant holds the name until COMMIT PREPARED
 BEGIN;
-SELECT dlock.try_acquire('tx:2pc', '1h', 'w1') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:2pc', '1h', 'w1')) AS granted;
 PREPARE TRANSACTION 'dlock_2pc';
-SELECT dlock.try_acquire('tx:2pc', '1h', 'w2') IS NULL AS refused_while_prepared;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('tx:2pc', '1h', 'w2')) AS refused_while_prepared;
 COMMIT PREPARED 'dlock_2pc';
 SELECT owner, state FROM dlock.leases WHERE name = 'tx:2pc';
 
 -- A transaction whose only change is a release commits without waiting for
 -- its flush (t/008_lazy_release.pl shows that); the caller's
 -- synchronous_commit is left as it was.
-SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
 SELECT dlock.release('tx:lazy', 'w') AS released;
 SHOW synchronous_commit;
 SET synchronous_commit = remote_apply;
-SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
 SELECT dlock.release('tx:lazy', 'w') AS released;
 SHOW synchronous_commit;
 RESET synchronous_commit;
 -- The lazy commit lowers synchronous_commit for its commit record only: a
 -- SET LOCAL before it, and the session's setting, come back as they were,
 -- also after a rolled-back savepoint and after a prepared release
-SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
 BEGIN;
 SET LOCAL synchronous_commit = remote_write;
 SAVEPOINT s;
@@ -147,7 +147,7 @@ SELECT dlock.release('tx:lazy', 'w') AS released;
 SHOW synchronous_commit;
 COMMIT;
 SHOW synchronous_commit;
-SELECT dlock.try_acquire('tx:lazy', '1h', 'w') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
 BEGIN;
 SELECT dlock.release('tx:lazy', 'w') AS released;
 PREPARE TRANSACTION 'dlock_lazy_2pc';

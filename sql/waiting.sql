@@ -51,7 +51,7 @@ SELECT owner FROM dlock.try_acquire('w:ld', '1h', 'a', lock_delay => '300ms');
 SELECT dlock.force_release('w:ld');
 SELECT state, lock_delay, grantable_at = ended_at + lock_delay AS grantable_after_delay
   FROM dlock.leases WHERE name = 'w:ld';
-SELECT dlock.try_acquire('w:ld', '1h', 'b') IS NULL AS refused_in_delay;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('w:ld', '1h', 'b')) AS refused_in_delay;
 \set VERBOSITY default
 SELECT dlock.acquire('w:ld', '1h', 'b', timeout => '0');
 \set VERBOSITY terse
@@ -67,7 +67,7 @@ SELECT owner FROM dlock.try_acquire('w:exp', '100ms', 'a', lock_delay => '300ms'
 SELECT pg_sleep(0.15);
 SELECT state, grantable_at = expires_at + lock_delay AS grantable_after_delay
   FROM dlock.leases WHERE name = 'w:exp';
-SELECT dlock.try_acquire('w:exp', '1h', 'b') IS NULL AS refused_in_delay;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('w:exp', '1h', 'b')) AS refused_in_delay;
 SELECT owner FROM dlock.acquire('w:exp', '1h', 'b', timeout => '5s');
 -- dlock.default_lock_delay applies to grants that give none
 SET dlock.default_lock_delay = '250ms';
@@ -105,7 +105,7 @@ SELECT owner FROM dlock.try_acquire('w:sbd', '50ms', 'a', lock_delay => '1h', se
 SELECT pg_sleep(0.1);
 SELECT owner FROM dlock.try_acquire('w:sbd2', '1h', 'a', session_bound => true);
 SELECT state, grantable_at = expires_at + lock_delay AS delay_kept FROM dlock.leases WHERE name = 'w:sbd';
-SELECT dlock.try_acquire('w:sbd', '1h', 'b') IS NULL AS refused_in_delay;
+SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('w:sbd', '1h', 'b')) AS refused_in_delay;
 SELECT dlock.release('w:sbd2', 'a');
 -- fence sees a live session-bound lease
 SELECT dlock.fence('w:sb2', token) AS fenced FROM dlock.leases WHERE name = 'w:sb2';

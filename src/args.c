@@ -188,35 +188,78 @@ ArgGetValue(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * GenerateOwner - a random 128-bit owner, as 32 hex digits
+ * The first half of every owner this backend generates: 64 random bits,
+ * drawn once.  It lets acquire() tell that the lease it would wait for was
+ * granted to an owner generated here (OwnerGeneratedHere), which is a
+ * session waiting on itself when no pooler shares the backend.
+ */
+static char generated_owner_prefix[DLOCK_GENERATED_OWNER_PREFIX_LEN + 1];
+
+/*
+ * RandomHex - n random bytes as 2n hex digits into out (NUL-terminated)
+ */
+static void
+RandomHex(char *out, int nbytes)
+{
+	uint8		bytes[16];
+
+	Assert(nbytes <= (int) sizeof(bytes));
+	if (!pg_strong_random(bytes, nbytes))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random owner")));
+	hex_encode((const char *) bytes, nbytes, out);
+	out[nbytes * 2] = '\0';
+}
+
+/*
+ * GenerateOwner - a random 128-bit owner, as 32 hex digits: this backend's
+ * prefix, then 64 bits drawn for this owner
  */
 static char *
 GenerateOwner(void)
 {
-	uint8		bytes[16];
-	char	   *owner = palloc(sizeof(bytes) * 2 + 1);
+	char	   *owner = palloc(DLOCK_GENERATED_OWNER_PREFIX_LEN * 2 + 1);
 
-	if (!pg_strong_random(bytes, sizeof(bytes)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate a random owner")));
-	hex_encode((const char *) bytes, sizeof(bytes), owner);
-	owner[sizeof(bytes) * 2] = '\0';
+	if (generated_owner_prefix[0] == '\0')
+		RandomHex(generated_owner_prefix, DLOCK_GENERATED_OWNER_PREFIX_LEN / 2);
+	memcpy(owner, generated_owner_prefix, DLOCK_GENERATED_OWNER_PREFIX_LEN);
+	RandomHex(owner + DLOCK_GENERATED_OWNER_PREFIX_LEN,
+			  DLOCK_GENERATED_OWNER_PREFIX_LEN / 2);
 	return owner;
 }
 
 /*
+ * OwnerGeneratedHere - whether owner is one that this backend generated
+ */
+bool
+OwnerGeneratedHere(const char *owner)
+{
+	return generated_owner_prefix[0] != '\0' &&
+		strlen(owner) == DLOCK_GENERATED_OWNER_PREFIX_LEN * 2 &&
+		memcmp(owner, generated_owner_prefix, DLOCK_GENERATED_OWNER_PREFIX_LEN) == 0;
+}
+
+/*
  * ArgGetOwner - the owner argument, checked; a fresh random owner for NULL
- * when the function allows one (acquire), 22004 otherwise
+ * when the function allows one (acquire), 22004 otherwise; *generated
+ * (when not NULL) says which
  */
 char *
-ArgGetOwner(FunctionCallInfo fcinfo, int argno, bool generate_if_null)
+ArgGetOwner(FunctionCallInfo fcinfo, int argno, bool generate_if_null,
+			bool *generated)
 {
 	text	   *t;
 	int			len;
 
+	if (generated)
+		*generated = false;
 	if (PG_ARGISNULL(argno) && generate_if_null)
+	{
+		if (generated)
+			*generated = true;
 		return GenerateOwner();
+	}
 	RequireNotNull(fcinfo, argno, "owner");
 	t = PG_GETARG_TEXT_PP(argno);
 	len = VARSIZE_ANY_EXHDR(t);
@@ -224,7 +267,9 @@ ArgGetOwner(FunctionCallInfo fcinfo, int argno, bool generate_if_null)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("owner must not be empty"),
-				 errhint("Pass NULL to have the server generate an owner.")));
+				 generate_if_null ?
+				 errhint("Pass NULL to have the server generate an owner.") :
+				 errhint("Pass the owner that the lease was acquired with.")));
 	if (len > DLOCK_MAX_OWNER_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

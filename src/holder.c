@@ -18,7 +18,8 @@
  *	  of InvalidOid to no other role.
  *	- A numeric OID is not accepted as input: an OID from another cluster
  *	  may name a different role here, which must not inherit the lease.
- *	  For the same reason the type has no binary input or output.
+ *	  For the same reason the binary form (from 1.2; drivers that ask for
+ *	  binary results, binary COPY) is the text form, not the OID.
  *
  * Copyright (c) 2026, dlock developers
  *
@@ -30,6 +31,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "utils/acl.h"
@@ -40,6 +42,8 @@
 
 PG_FUNCTION_INFO_V1(dlock_holder_in);
 PG_FUNCTION_INFO_V1(dlock_holder_out);
+PG_FUNCTION_INFO_V1(dlock_holder_recv);
+PG_FUNCTION_INFO_V1(dlock_holder_send);
 
 /* The text form of "no role" */
 #define NO_HOLDER	"-"
@@ -90,4 +94,34 @@ dlock_holder_out(PG_FUNCTION_ARGS)
 	if (name == NULL)
 		PG_RETURN_CSTRING(pstrdup(NO_HOLDER));
 	PG_RETURN_CSTRING(pstrdup(quote_identifier(name)));
+}
+
+/*
+ * dlock_holder_recv - binary input function of dlock.holder: the text form,
+ * in the client's encoding, read as holder_in reads it
+ */
+Datum
+dlock_holder_recv(PG_FUNCTION_ARGS)
+{
+	StringInfo	buf = (StringInfo) PG_GETARG_POINTER(0);
+	char	   *input;
+	int			nbytes;
+
+	input = pq_getmsgtext(buf, buf->len - buf->cursor, &nbytes);
+	return DirectFunctionCall1(dlock_holder_in, CStringGetDatum(input));
+}
+
+/*
+ * dlock_holder_send - binary output function of dlock.holder: the text form
+ */
+Datum
+dlock_holder_send(PG_FUNCTION_ARGS)
+{
+	char	   *output = DatumGetCString(DirectFunctionCall1(dlock_holder_out,
+															 PG_GETARG_DATUM(0)));
+	StringInfoData buf;
+
+	pq_begintypsend(&buf);
+	pq_sendtext(&buf, output, strlen(output));
+	PG_RETURN_BYTEA_P(pq_endtypsend(&buf));
 }

@@ -36,7 +36,9 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "dlock.h"
 #include "dlock_compat.h"
@@ -155,7 +157,7 @@ GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req,
 {
 	ArgGetName(fcinfo, GRANT_ARG_NAME, &req->name);
 	req->ttl_us = ArgGetTTL(fcinfo, GRANT_ARG_TTL);
-	req->owner = ArgGetOwner(fcinfo, GRANT_ARG_OWNER, true);
+	req->owner = ArgGetOwner(fcinfo, GRANT_ARG_OWNER, true, &req->owner_generated);
 	req->lock_delay_us = ArgGetLockDelay(fcinfo, lock_delay_argno);
 	req->session_bound = ArgGetBool(fcinfo, session_bound_argno, "session_bound");
 	if (req->session_bound && !dlock_allow_session_bound)
@@ -177,7 +179,8 @@ GetGrantRequest(FunctionCallInfo fcinfo, GrantRequest *req,
  *	  dlock.try_acquire(name, ttl, owner, lock_delay, session_bound, value,
  *						queue)
  *
- * Grants at once or returns NULL; never blocks.  While others wait in
+ * Grants at once, or returns no row (NULL where the database still
+ * declares it as returning one lease); never blocks.  While others wait in
  * dlock.acquire(), or keep a place in the name's queue (places.c), the name
  * is theirs first: only the same owner's live lease is extended then.
  * With queue, a refused caller keeps (or takes) its own place, and is
@@ -223,10 +226,26 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 		outcome = AttemptGrant(&req, NoWait, true, &row, &wait);
 
 	if (outcome != GRANT_DONE)
-	{
 		DlockStatsCount(&req.name, DLOCK_STAT_REFUSAL);
-		PG_RETURN_NULL();
+
+	/*
+	 * From 1.2 the function returns a set: one row for a grant, none for a
+	 * refusal, so that a client's "is there a row" means "granted".  A
+	 * database still at 1.0 or 1.1 declares it as returning one composite,
+	 * which is NULL for a refusal.
+	 */
+	if (fcinfo->flinfo->fn_retset)
+	{
+		ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+		dlock_init_materialized_srf(fcinfo);
+		if (outcome == GRANT_DONE)
+			tuplestore_puttuple(rsinfo->setResult,
+								LeaseResultTuple(rsinfo->setDesc, &req.name, &row));
+		return (Datum) 0;
 	}
+	if (outcome != GRANT_DONE)
+		PG_RETURN_NULL();
 	PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 }
 
@@ -333,6 +352,69 @@ AcquireErrorContext(void *arg)
 }
 
 /*
+ * RefuseWaitOnOwnLease - an owner-less acquire() that would wait only for
+ * leases granted to owners this backend generated is a session waiting on
+ * itself: each such call generates a new owner, so it would wait until its
+ * own lease ends.  Raise 55006 instead.
+ *
+ * Behind a transaction pooler one backend serves many clients, and such a
+ * lease may be another client's; the check is made only while session-bound
+ * leases are allowed, since dlock.allow_session_bound = off is how a role
+ * says it comes through one.  Made from a fresh snapshot, without a lock:
+ * it only chooses between an error and a wait.
+ */
+static void
+RefuseWaitOnOwnLease(const GrantRequest *req)
+{
+	LeaseStore	store;
+	LeaseRows	rows;
+	Snapshot	snapshot;
+	TimestampTz now;
+	bool		other_kind = false;
+	int			blocking = 0;
+	int			generated_here = 0;
+
+	if (!req->owner_generated || !dlock_allow_session_bound)
+		return;
+
+	LeaseStoreOpen(&store, AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	LeaseStoreFetchAllAsOf(&store, &req->name, snapshot, &rows);
+	UnregisterSnapshot(snapshot);
+	LeaseStoreClose(&store);
+	now = GetCurrentTimestamp();
+
+	/*
+	 * What it waits for: the live leases of kinds it cannot share with, or,
+	 * when all are of its kind (a full semaphore), all of them
+	 */
+	for (int i = 0; i < rows.count; i++)
+		if (LeaseIsLive(&rows.row[i], now) &&
+			!LeaseKindShares(&rows.row[i].kind, &req->kind))
+			other_kind = true;
+	for (int i = 0; i < rows.count; i++)
+	{
+		const LeaseRow *row = &rows.row[i];
+
+		if (!LeaseIsLive(row, now) ||
+			(other_kind && LeaseKindShares(&row->kind, &req->kind)))
+			continue;
+		blocking++;
+		if (OwnerGeneratedHere(row->owner))
+			generated_here++;
+	}
+	if (blocking == 0 || generated_here < blocking)
+		return;
+
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_IN_USE),
+			 errmsg("lease \"%.*s\" is already held by this session",
+					req->name.len, req->name.data),
+			 errdetail("An earlier dlock.acquire() without an owner was granted it under an owner the server generated; this call generates another owner and would wait until that lease ends."),
+			 errhint("Keep the owner that the first call returned, and pass it to dlock.renew() or dlock.release(); or pass the same owner to every dlock.acquire().")));
+}
+
+/*
  * dlock_acquire - SQL function
  *	  dlock.acquire(name, ttl, owner, timeout, lock_delay, session_bound,
  *					value)
@@ -353,6 +435,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	ErrorContextCallback waitcontext;
 	TimestampTz wait_start = 0;
 	uint64		arrival;
+	bool		checked_own_lease = false;
 
 	GetGrantRequest(fcinfo, &req, ACQ_ARG_LOCK_DELAY, ACQ_ARG_SESSION_BOUND,
 					ACQ_ARG_VALUE, -1, ACQ_ARG_SHARED, ACQ_ARG_MAX_HOLDERS);
@@ -391,7 +474,10 @@ dlock_acquire(PG_FUNCTION_ARGS)
 			PG_RETURN_DATUM(LeaseResult(fcinfo, &req.name, &row));
 		}
 		if (limit.wait)
+		{
+			RefuseWaitOnOwnLease(&req);
 			AcquireWaitBegins(&req.name, &wait_start);
+		}
 		if (!QueueJoin(&req.name, limit))
 		{
 			error_context_stack = waitcontext.previous;
@@ -425,6 +511,11 @@ dlock_acquire(PG_FUNCTION_ARGS)
 			(limit.deadline != DT_NOEND && GetCurrentTimestamp() >= limit.deadline))
 			break;
 
+		if (!checked_own_lease && outcome == GRANT_HELD)
+		{
+			RefuseWaitOnOwnLease(&req);
+			checked_own_lease = true;
+		}
 		AcquireWaitBegins(&req.name, &wait_start);
 		if (outcome == GRANT_HELD && wait.session_token != 0)
 			SessionLeaseWaitForHolder(wait.session_token, wait.until, limit);
@@ -456,7 +547,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 	TimestampTz now;
 
 	ArgGetName(fcinfo, RENEW_ARG_NAME, &name);
-	owner = ArgGetOwner(fcinfo, RENEW_ARG_OWNER, false);
+	owner = ArgGetOwner(fcinfo, RENEW_ARG_OWNER, false, NULL);
 	ttl_us = ArgGetTTL(fcinfo, RENEW_ARG_TTL);
 	value = ArgGetValue(fcinfo, RENEW_ARG_VALUE);
 	CheckLeasesWritable("dlock.renew");
@@ -486,7 +577,7 @@ dlock_release(PG_FUNCTION_ARGS)
 	TimestampTz now;
 
 	ArgGetName(fcinfo, RELEASE_ARG_NAME, &name);
-	owner = ArgGetOwner(fcinfo, RELEASE_ARG_OWNER, false);
+	owner = ArgGetOwner(fcinfo, RELEASE_ARG_OWNER, false, NULL);
 	CheckLeasesWritable("dlock.release");
 
 	ReleaseCallBegin();

@@ -88,7 +88,7 @@ GetSetRequest(FunctionCallInfo fcinfo, SetRequest *req)
 {
 	req->count = ArgGetNames(fcinfo, 0, &req->names);
 	req->ttl_us = ArgGetTTL(fcinfo, 1);
-	req->owner = ArgGetOwner(fcinfo, 2, true);
+	req->owner = ArgGetOwner(fcinfo, 2, true, NULL);
 	req->lock_delay_us = ArgGetLockDelay(fcinfo, -1);
 	req->rows = palloc0(sizeof(LeaseRow) * req->count);
 }
@@ -209,6 +209,7 @@ SetAttempt(SetRequest *req, bool extend_only, SetWait *wait)
 
 		grant.name = req->names[i];
 		grant.owner = req->owner;
+		grant.owner_generated = false;
 		grant.ttl_us = req->ttl_us;
 		grant.lock_delay_us = req->lock_delay_us;
 		grant.session_bound = false;
@@ -434,7 +435,7 @@ dlock_release_all(PG_FUNCTION_ARGS)
 	int			released = 0;
 
 	count = ArgGetNames(fcinfo, 0, &names);
-	owner = ArgGetOwner(fcinfo, 1, false);
+	owner = ArgGetOwner(fcinfo, 1, false, NULL);
 	CheckLeasesWritable("dlock.release_all");
 
 	ReleaseCallBegin();

@@ -183,7 +183,7 @@ SELECT 'seen-' || dlock.watch('pw$round', NULL, '10s'), clock_timestamp();
 	  or die 'the watcher did not start waiting';
 	sleep(0.15);
 	my $granted = (split /\n/, $node->safe_psql('postgres',
-		qq{SELECT dlock.try_acquire('pw$round', '1min', 'g') IS NOT NULL;
+		qq{SELECT EXISTS (SELECT FROM dlock.try_acquire('pw$round', '1min', 'g'));
 		   SELECT acquired_at FROM dlock.leases WHERE name = 'pw$round';}))[1];
 	my $seen = $watcher->query_until(qr/seen-\d+\|[^\n]+\n/, '');
 	my ($seen_at) = $seen =~ /seen-\d+\|([^\n]+)/;

@@ -84,7 +84,7 @@ $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 is($standby->safe_psql('postgres',
 	q{SELECT owner || ' ' || token FROM dlock.leases WHERE name = 'job' AND state = 'live'}),
 	$lease, 'after failover the lease is held by the same owner with the same token');
-is($standby->safe_psql('postgres', q{SELECT dlock.try_acquire('job', '1h', 'worker-3') IS NULL}),
+is($standby->safe_psql('postgres', q{SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('job', '1h', 'worker-3'))}),
 	't', 'another owner is refused on the new primary');
 my ($owner, $token) = split / /, $lease;
 cmp_ok($standby->safe_psql('postgres', q{SELECT token FROM dlock.acquire('job-next', '1h')}),

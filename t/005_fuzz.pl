@@ -64,7 +64,7 @@ note "dlock.max_ttl is $max_ttl_s s";
 #    table, the token counter, and this backend's locks in dlock.locks (every
 #    lock space), read as the superuser that owns it, for any caller;
 #  * fuzz.expect(): the SQLSTATE the documented rules give for the arguments
-#    (README, Errors and Limits), or 'ok' when they are acceptable;
+#    (docs/reference.md, Errors and Limits), or 'ok' when they are acceptable;
 #  * fuzz.call(): casts the argument literals (an error there is PostgreSQL's
 #    input function speaking, not dlock), runs the call in a subtransaction,
 #    catches its error, and reports one line:

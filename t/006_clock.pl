@@ -81,7 +81,7 @@ is($sa->query_safe(fenced_write($sa, $t1) . ' RETURNING 1'), '1', 'A writes unde
 step_clock(60);
 is($node->safe_psql('postgres', q{SELECT state FROM dlock.leases WHERE name = 'res'}),
 	'expired', 'after the step A\'s lease has expired early');
-is($node->safe_psql('postgres', q{SELECT dlock.try_acquire('res', '30s', 'B') IS NULL}),
+is($node->safe_psql('postgres', q{SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('res', '30s', 'B'))}),
 	't', 'yet B is refused while A\'s fenced transaction is open');
 
 my $sb = $node->background_psql('postgres');
@@ -118,7 +118,7 @@ note 'backward step';
 step_clock(-3600);
 is($node->safe_psql('postgres', q{SELECT state FROM dlock.leases WHERE name = 'res'}),
 	'live', 'after a backward step B\'s lease is live longer');
-is($node->safe_psql('postgres', q{SELECT dlock.try_acquire('res', '30s', 'C') IS NULL}),
+is($node->safe_psql('postgres', q{SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('res', '30s', 'C'))}),
 	't', 'C is refused: nothing is granted twice');
 is($sb->query_safe(q{SELECT dlock.release('res', 'B')}), 't', 'B releases');
 my $t3 = $node->safe_psql('postgres', q{SELECT token FROM dlock.acquire('res', '30s', 'C')});

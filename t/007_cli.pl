@@ -6,7 +6,13 @@
 # out a server that is down at the start or restarts during the wait.
 # watch waits without sending anything, also on a name with several
 # holders; --poll keeps its place in the queue against a later acquire(),
-# and a --poll too long for the ttl to keep it is refused.
+# and a --poll too long for the ttl to keep it is refused, and reads a
+# refusal alike from a database at 1.1 (a row of NULLs) and at 1.2 (no row).
+# A busy run says on stderr who holds the lease and until when (not with
+# -q); options may come before or after the command; --version prints
+# META.json's version, built in from there; status shows owners where
+# dlock.leases does, and values; make install-cli says which dlock runs when
+# another dlock is on PATH.
 
 use strict;
 use warnings FATAL => 'all';
@@ -15,11 +21,16 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
+use JSON::PP;
+use File::Copy qw(copy);
+use File::Path qw(make_path);
 
-# DLOCK_CLI picks another build of the command
-my $dlock = $ENV{DLOCK_CLI}
-  // (-x '/usr/local/bin/dlock' ? '/usr/local/bin/dlock' : "$ENV{TESTDIR}/cli/dlock");
-plan skip_all => 'the dlock command is not built' unless -x $dlock;
+# The command built in this tree; DLOCK_CLI picks another build (a package's
+# /usr/bin/dlock, say).  Never whichever dlock comes first on PATH: an older
+# copy left in /usr/local/bin would be tested instead of this build.
+my $dlock = $ENV{DLOCK_CLI} // "$ENV{TESTDIR}/cli/dlock";
+plan skip_all => "the dlock command is not built ($dlock)" unless -x $dlock;
+note "testing $dlock";
 
 my $node = PostgreSQL::Test::Cluster->new('cli');
 $node->init;
@@ -101,6 +112,134 @@ is(state_of('short'), 'none', 'nor the lease taken');
 is($rc, 0, '--help exits 0');
 like($out, qr/Exit codes:/, '--help documents the exit codes');
 
+note 'global options before or after the command';
+# each global option, before the command, between it and NAME, after NAME
+my $nodb = 'dbname=no_such_database';
+foreach my $args (
+	[ '-d', $nodb, 'run', 'opts', '--', 'true' ], [ 'run', '-d', $nodb, 'opts', '--', 'true' ],
+	[ 'run', 'opts', '-d', $nodb, '--', 'true' ], [ "--dbname=$nodb", 'status' ],
+	[ 'status', "--dbname=$nodb" ])
+{
+	($rc, $out, $err) = run_dlock(@$args);
+	is($rc, 69, "dlock @$args: the connection option applies (69: no such database)");
+}
+foreach my $args ([ '-v', 'run', 'opts', '--', 'true' ], [ 'run', '-v', 'opts', '--', 'true' ],
+	[ 'run', 'opts', '--verbose', '--', 'true' ])
+{
+	($rc, $out, $err) = run_dlock(@$args);
+	like("$rc $err", qr/^0 .*acquired lease "opts"/s, "dlock @$args: verbose");
+}
+foreach my $args ([ '-q', '-d', $nodb, 'run', 'opts', '--', 'true' ], [ 'run', '--quiet', '-d', $nodb, 'opts', '--', 'true' ])
+{
+	($rc, $out, $err) = run_dlock(@$args);
+	is("$rc [$err]", '69 []', "dlock @$args: quiet");
+}
+foreach my $args ([ '--json', 'status' ], [ 'status', '--json' ])
+{
+	($rc, $out) = run_dlock(@$args);
+	like($out, qr/^\[/, "dlock @$args: JSON");
+}
+foreach my $args ([ '-h', 'run' ], [ 'run', 'x', '--help' ], [ 'status', '-h' ])
+{
+	($rc, $out) = run_dlock(@$args);
+	like("$rc $out", qr/^0 dlock runs a command/, "dlock @$args: help");
+}
+foreach my $args ([ '--bogus', 'run', 'x', '--', 'true' ], [ 'run', '--bogus', 'x', '--', 'true' ],
+	[ 'run', 'x', '--bogus', '--', 'true' ], [ '-Z', 'status' ], [ 'status', '-Z' ])
+{
+	($rc, $out, $err) = run_dlock(@$args);
+	like("$rc $err", qr/^64 .*Try "dlock --help" for more information\.\n\z/s,
+		"dlock @$args: an unknown option is a usage error, 64");
+}
+($rc, $out) = run_dlock('-q', 'run', 'opts', '--', 'echo', '-v', '--bogus');
+is("$rc $out", "0 -v --bogus\n", 'after "--" the options are the command\'s');
+($rc, $out) = run_dlock('run', 'opts', '-q', 'echo', '-v', '--bogus');
+is("$rc $out", "0 -v --bogus\n", 'and so they are after a COMMAND given without "--"');
+
+note '--version';
+{
+	my $meta = JSON::PP->new->decode(PostgreSQL::Test::Utils::slurp_file("$ENV{TESTDIR}/META.json"));
+	my ($default_version) = PostgreSQL::Test::Utils::slurp_file("$ENV{TESTDIR}/dlock.control")
+	  =~ /^default_version\s*=\s*'([^']+)'/m;
+	like($meta->{version}, qr/^\Q$default_version\E\.\d+$/,
+		"META.json's version is dlock.control's default_version with a patch level");
+	foreach my $args ([ '--version' ], [ 'run', '--version' ], [ 'status', 'x', '--version' ])
+	{
+		($rc, $out) = run_dlock(@$args);
+		is("$rc $out", "0 dlock $meta->{version}\n", "dlock @$args prints META.json's version");
+	}
+}
+
+# make TARGET in directory DIR with PATH; returns (exit status, stderr).
+# The make that runs this test passes its own settings down in MAKEFLAGS:
+# they are not for this one.
+sub run_make
+{
+	my ($dir, $path, @args) = @_;
+	local %ENV = (%ENV, PATH => $path);
+	delete @ENV{qw(MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES)};
+	my ($mout, $merr) = ('', '');
+	IPC::Run::run([ 'make', '-s', '-C', $dir, 'PG_CONFIG=' . ($ENV{PG_CONFIG} // 'pg_config'), @args ],
+		'>', \$mout, '2>', \$merr);
+	return ($? >> 8, $merr);
+}
+
+SKIP:
+{
+	skip 'no source tree with the Makefile', 8 unless -f "$ENV{TESTDIR}/Makefile" && -x "$ENV{TESTDIR}/cli/dlock";
+
+	note 'the build takes the version from META.json, checked against dlock.control';
+	my $copy = "$dir/version-build";
+	make_path("$copy/cli", "$copy/scripts");
+	copy("$ENV{TESTDIR}/$_", "$copy/$_") or die "copy $_: $!"
+	  for 'Makefile', 'dlock.control', 'scripts/dlock-on-path.sh',
+	  map { s{^\Q$ENV{TESTDIR}\E/}{}r } glob("$ENV{TESTDIR}/cli/*.[ch]");
+	my $meta_text = PostgreSQL::Test::Utils::slurp_file("$ENV{TESTDIR}/META.json");
+	my $control_version = (PostgreSQL::Test::Utils::slurp_file("$copy/dlock.control")
+		  =~ /^default_version\s*=\s*'([^']+)'/m)[0];
+	my $with_version = sub {
+		my ($v) = @_;
+		my $m = JSON::PP->new->decode($meta_text);
+		$m->{version} = $m->{provides}{dlock}{version} = $v;
+		open my $fh, '>', "$copy/META.json" or die $!;
+		print $fh JSON::PP->new->pretty->encode($m);
+		close $fh;
+	};
+	$with_version->("$control_version.77");
+	my ($mrc, $merr) = run_make($copy, $ENV{PATH}, 'cli/dlock');
+	is($mrc, 0, 'the command builds from a tree whose META.json says ' . "$control_version.77") or diag $merr;
+	($rc, $out) = ('', '');
+	IPC::Run::run([ "$copy/cli/dlock", '--version' ], '>', \$out);
+	is($out, "dlock $control_version.77\n", 'and prints that version: META.json is its one source');
+	unlink "$copy/cli/dlock";
+	$with_version->('9.9.0');
+	($mrc, $merr) = run_make($copy, $ENV{PATH}, 'cli/dlock');
+	isnt($mrc, 0, "a META.json version that is not dlock.control's default_version.N fails the build");
+	like($merr, qr/META.json's version "9\.9\.0" is not dlock.control's default_version "\Q$control_version\E"/,
+		'and says why');
+	ok(!-e "$copy/cli/dlock", 'and builds no command');
+
+	note 'make install-cli says which dlock runs when another one is on PATH';
+	# a packaged dlock of an older version, and make install-cli's CLI_BINDIR
+	make_path("$dir/pkg", "$dir/local");
+	open my $fake, '>', "$dir/pkg/dlock" or die $!;
+	print $fake "#!/bin/sh\necho 'dlock 1.1.9'\n";
+	close $fake;
+	chmod 0755, "$dir/pkg/dlock";
+	my $system = '/usr/bin:/bin';
+	($mrc, $merr) = run_make($ENV{TESTDIR}, "$dir/local:$dir/pkg:$system", 'install-cli', "CLI_BINDIR=$dir/local");
+	like($merr, qr/NOTE: \Q$dir\E\/local\/dlock comes first on PATH:.*shadows.*-> \Q$dir\E\/local\/dlock: dlock \S+\n.*\Q$dir\E\/pkg\/dlock: dlock 1\.1\.9\n/s,
+		'installed ahead of another dlock on PATH: it says so, and names the one it shadows')
+	  or diag $merr;
+	($mrc, $merr) = run_make($ENV{TESTDIR}, "$dir/pkg:$dir/local:$system", 'install-cli', "CLI_BINDIR=$dir/local");
+	like($merr, qr/WARNING: "dlock" on PATH runs \Q$dir\E\/pkg\/dlock,\s+not \Q$dir\E\/local\/dlock/,
+		'installed behind another dlock on PATH: it warns that "dlock" runs the other one')
+	  or diag $merr;
+	($mrc, $merr) = run_make($ENV{TESTDIR}, "$dir/pkg:$system", 'install-cli',
+		"CLI_BINDIR=$dir/staged", "DESTDIR=$dir/stage");
+	is("$mrc [$merr]", '0 []', 'staged for a package (DESTDIR): nothing to say');
+}
+
 note 'the child sees the lease, and it is released on exit';
 ($rc, $out) = run_dlock('run', 'job', '--owner', 'cron-1', '--',
 	'sh', '-c', 'echo "$DLOCK_NAME $DLOCK_TOKEN $DLOCK_OWNER $DLOCK_EXPIRES_AT"; exit 3');
@@ -114,13 +253,20 @@ is(state_of('job'), 'released', 'the lease is released when the child exits');
 is($rc, 128 + 9, 'a child killed by a signal gives 128 + the signal');
 
 note 'two runs of one name';
-my $first = IPC::Run::start([ $dlock, 'run', 'shared', '--', 'sleep', '2' ]);
+my $first = IPC::Run::start([ $dlock, 'run', 'shared', '--owner', 'first-run', '--', 'sleep', '2' ]);
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'shared' AND state = 'live'})
   or die 'first run did not start';
-($rc) = run_dlock('run', 'shared', '--', 'true');
+my $expires = $node->safe_psql('postgres',
+	q{SELECT to_char(expires_at, 'YYYY-MM-DD HH24:MI:SS.MSOF') FROM dlock.leases WHERE name = 'shared' AND state = 'live'});
+($rc, $out, $err) = run_dlock('run', 'shared', '--', 'true');
 is($rc, 75, 'the second run gets the conflict exit code');
-($rc) = run_dlock('run', 'shared', '--conflict-exit-code', '0', '--', 'false');
+like($err, qr/^dlock: lease "shared" is busy: held by owner first-run of role \S+ until \Q$expires\E \(in [0-9.]+ s\)\n\z/,
+	'and says on stderr, in one line, which lease is held, by which owner and until when');
+($rc, $out, $err) = run_dlock('run', 'shared', '-q', '--', 'true');
+is("$rc [$err]", '75 []', 'with -q: the same exit code, and nothing on stderr');
+($rc, $out, $err) = run_dlock('run', 'shared', '--conflict-exit-code', '0', '--', 'false');
 is($rc, 0, '--conflict-exit-code sets it');
+like($err, qr/lease "shared" is busy: held by owner first-run /, 'and the run still says why');
 my $t0 = time;
 ($rc, $out) = run_dlock('run', 'shared', '--wait', '30s', '--', 'echo', 'second');
 is("$rc $out", "0 second\n", 'with --wait the second run waits and then runs');
@@ -132,8 +278,10 @@ my @readers = map { IPC::Run::start([ $dlock, 'run', 'readers', '--shared', '--'
 $node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM dlock.leases
 		WHERE name = 'readers' AND state = 'live' AND shared})
   or die 'shared runs did not start';
-($rc) = run_dlock('run', 'readers', '--', 'true');
+($rc, $out, $err) = run_dlock('run', 'readers', '--', 'true');
 is($rc, 75, 'an exclusive run is refused while shared runs hold the name');
+like($err, qr/^dlock: lease "readers" is busy: held by 2 holders: owner [0-9a-f]{32} of role \S+ until [^;]+; owner [0-9a-f]{32} of role \S+ until [^;]+\n\z/,
+	'and names both holders');
 ($rc, $out) = run_dlock('run', 'readers', '--shared', '--', 'sh', '-c', 'echo $DLOCK_TOKEN');
 like($out, qr/^\d+$/, 'a third shared run runs alongside them, with its own token');
 ($rc, $out) = run_dlock('status', 'readers');
@@ -183,7 +331,7 @@ foreach my $sig ([ 'TERM', 15 ], [ 'INT', 2 ])
 	cmp_ok($took, '<', 1.0, "SIG$signame: at once");
 	note sprintf 'SIG%s ended the wait in %.3f s', $signame, $took;
 	ok(!-e $ran, "SIG$signame: the command was not run when the lease came");
-	is($node->safe_psql('postgres', q{SELECT dlock.try_acquire('held', '1h', 'other') IS NOT NULL}), 't',
+	is($node->safe_psql('postgres', q{SELECT EXISTS (SELECT FROM dlock.try_acquire('held', '1h', 'other'))}), 't',
 		"SIG$signame: the released name is grantable at once: no waiter kept its place");
 	$node->safe_psql('postgres', q{SELECT dlock.release('held', 'other')});
 }
@@ -393,11 +541,14 @@ is($rs_out, "got it\n", 'and runs the command');
 like($rs_err, qr/reconnected/, 'having reconnected');
 
 note 'status, release, force-release';
-$node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
+$node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me', value => 'db1:5432')});
 ($rc, $out) = run_dlock('status');
-like($out, qr/^manual\s+\d+\s+exclusive\s+\S+\s+live/m, 'status lists live leases');
+like($out, qr/^manual\s+\d+\s+exclusive\s+\S+\s+live\s/m, 'status lists live leases');
+like($out, qr/^manual\s.*\s[0-9.]+s\s+me\s+db1:5432$/m, 'with the owner and the value last');
 ($rc, $out) = run_dlock('status', '--json');
 like($out, qr/"name": "manual", "token": \d+, "holder_role": "[^"]+", "state": "live"/, 'status --json');
+my ($manual) = grep { $_->{name} eq 'manual' } @{ decode_json($out) };
+is(join(' ', map { $_ // 'null' } $manual->{owner}, $manual->{value}), 'me db1:5432', 'status --json has owner and value');
 ($rc) = run_dlock('release', 'manual', '--owner', 'someone-else');
 is($rc, 1, 'release by another owner exits 1');
 ($rc) = run_dlock('release', 'manual', '--owner', 'me');
@@ -406,6 +557,49 @@ $node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
 ($rc) = run_dlock('force-release', 'manual');
 is($rc, 0, 'force-release exits 0');
 is(state_of('manual'), 'force_released', 'and ended the lease');
+
+note 'status and a busy run show the owner to the roles dlock.leases shows it to';
+{
+	$node->safe_psql('postgres', q{CREATE ROLE regress_cli_alice LOGIN; CREATE ROLE regress_cli_bob LOGIN});
+	# alice's lease, under an owner that the server makes up
+	$node->safe_psql('postgres',
+		q{SET ROLE regress_cli_alice; SELECT dlock.acquire('alices', '1h', value => 'a-value')});
+	my $owner = $node->safe_psql('postgres', q{SELECT owner FROM dlock.leases WHERE name = 'alices'});
+	my $as = sub {
+		my ($role, @args) = @_;
+		local $ENV{PGUSER} = $role;
+		return run_dlock(@args);
+	};
+	($rc, $out) = $as->('regress_cli_bob', 'status', 'alices', '--json');
+	my ($seen) = @{ decode_json($out) };
+	ok(exists $seen->{owner} && !defined $seen->{owner},
+		'another role\'s status: owner null, as dlock.leases shows it to that role');
+	is($seen->{value}, 'a-value', 'the value, which is for everyone');
+	($rc, $out) = $as->('regress_cli_bob', 'status', 'alices');
+	like($out, qr/^alices\s.*\slive\s.*\s-\s+a-value$/m, 'and "-" in the text');
+	($rc, $out, $err) = $as->('regress_cli_bob', 'run', 'alices', '--', 'true');
+	like("$rc $err", qr/^75 dlock: lease "alices" is busy: held by a holder of role regress_cli_alice until \S+ \S+ \(in [0-9.]+ s\)\n\z/,
+		'another role\'s busy run names the holder\'s role, not its owner');
+	($rc, $out) = $as->('regress_cli_alice', 'status', 'alices', '--json');
+	($seen) = @{ decode_json($out) };
+	is($seen->{owner} // 'null', $owner, 'the holder\'s role sees the owner in status');
+	($rc, $out, $err) = $as->('regress_cli_alice', 'run', 'alices', '--', 'true');
+	like($err, qr/^dlock: lease "alices" is busy: held by owner \Q$owner\E of role regress_cli_alice /,
+		'and in a busy run');
+	($rc) = $as->('regress_cli_alice', 'release', 'alices', '--owner', $seen->{owner} // '');
+	is($rc, 0, 'so it can release the lease with the owner that status shows');
+	is(state_of('alices'), 'released', 'which ends it');
+
+	$node->safe_psql('postgres', q{SELECT dlock.acquire('delayed', '1h', 'gone', lock_delay => '1h')});
+	$node->safe_psql('postgres', q{SELECT dlock.force_release('delayed')});
+	($rc, $out, $err) = run_dlock('run', 'delayed', '--', 'true');
+	like("$rc $err", qr/^75 dlock: lease "delayed" is busy: its last lease \(owner gone\) was force-released, and its lock-delay runs until \S+ \S+ \(in [0-9.]+ s\)\n\z/,
+		'a run refused during a lock-delay says until when it runs');
+	$node->safe_psql('postgres', q{SELECT dlock.acquire('newline', '1h', E'two\nlines')});
+	($rc, $out, $err) = run_dlock('run', 'newline', '--', 'true');
+	like($err, qr/^dlock: lease "newline" is busy: held by owner two\?lines of role [^\n]+\n\z/,
+		'in one line, whatever the owner holds');
+}
 
 note 'run --value publishes a value; watch follows the live lease';
 {
@@ -568,6 +762,29 @@ note 'run --poll: the place in the queue outlives every gap between polls';
 	like($late_out, qr/^\d+$/, 'the later acquire() got it after the poller') or diag $late_err;
 	cmp_ok($pout, '<', $late_out,
 		'the poller, first in the queue, kept its place over 2.5 ttls against a later acquire()');
+
+	# try_acquire refuses with a row of NULLs at 1.1 and with no row from
+	# 1.2 on: a poller reads both as busy, and takes the lease when it is free
+	$pnode->safe_psql('postgres', 'CREATE DATABASE at_1_1');
+	$pnode->safe_psql('at_1_1', q{CREATE EXTENSION dlock VERSION '1.1'});
+	foreach my $db ('at_1_1', 'postgres')
+	{
+		my $version = $pnode->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'dlock'});
+		$pnode->safe_psql($db, q{SELECT dlock.acquire('busy', '1h', 'holder')});
+		my $refusal = $pnode->safe_psql($db,
+			q{SELECT count(*) || ' row(s), ' || count(token) || ' token(s)' FROM dlock.try_acquire('busy', '1h', 'other')});
+		note "at $version, try_acquire refuses with $refusal";
+		my $ran = "$dir/ran-poll-$db";
+		($rc, $out, $err) = run_dlock('run', 'busy', '-d', "dbname=$db", '--ttl', '2s', '--poll', '300ms',
+			'--wait', '1s', '--', 'touch', $ran);
+		is($rc, 75, "--poll on a busy name at $version: the conflict exit code");
+		ok(!-e $ran, "at $version: the command did not run");
+		like($err, qr/^dlock: lease "busy" is busy: held by owner holder /, "at $version: and says who holds it");
+		$pnode->safe_psql($db, q{SELECT dlock.release('busy', 'holder')});
+		($rc, $out) = run_dlock('run', 'busy', '-d', "dbname=$db", '--ttl', '2s', '--poll', '300ms',
+			'--wait', '5s', '--', 'sh', '-c', 'echo $DLOCK_TOKEN');
+		like("$rc $out", qr/^0 \d+\n\z/, "at $version: once free, the poller takes it and runs with its token");
+	}
 	$pnode->stop;
 }
 

@@ -50,7 +50,7 @@ note 'PREPARE TRANSACTION of a grant waits for the synchronous standby';
 $standby->stop;
 $bg = background_query($primary, q{SET synchronous_commit = off;
 BEGIN;
-SELECT dlock.try_acquire('prepared', '1h', 'w') IS NOT NULL AS granted;
+SELECT EXISTS (SELECT FROM dlock.try_acquire('prepared', '1h', 'w')) AS granted;
 PREPARE TRANSACTION 'grant_2pc';
 \echo prepared-done});
 ok(waits_for_standby($primary),
@@ -74,7 +74,7 @@ $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'promotion failed';
 is($standby->safe_psql('postgres', 'SELECT gid FROM pg_prepared_xacts'), 'grant_2pc',
 	'after failover the prepared grant is there');
-is($standby->safe_psql('postgres', q{SELECT dlock.try_acquire('prepared', '1h', 'other') IS NULL}),
+is($standby->safe_psql('postgres', q{SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('prepared', '1h', 'other'))}),
 	't', 'and holds the name: another owner is refused');
 $standby->safe_psql('postgres', q{COMMIT PREPARED 'grant_2pc'});
 is($standby->safe_psql('postgres', q{SELECT owner || ' ' || state FROM dlock.leases WHERE name = 'prepared'}),

@@ -191,7 +191,7 @@ like($lines[0] // '', qr/^dlock\.fence\(\) returned false for stale token $old o
 	'after the window, the next line says how many checks were not logged');
 
 # Many names at once: at most 64 lines (STALE_LOG_NAMES) in a window
-sql(q{CREATE TABLE flood AS SELECT i, (dlock.try_acquire('f:' || i, '1h', 'o')).token FROM generate_series(1, 100) i});
+sql(q{CREATE TABLE flood AS SELECT i, (SELECT token FROM dlock.try_acquire('f:' || i, '1h', 'o')) FROM generate_series(1, 100) i});
 sql(q{SELECT dlock.release('f:' || i, 'o') FROM flood});
 $offset = -s $node->logfile;
 sql(q{SELECT count(*) FROM flood WHERE dlock.fence('f:' || i, token)});

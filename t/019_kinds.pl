@@ -61,7 +61,7 @@ my $sb = $node->background_psql('postgres');
 my $b_token = $sb->query_safe(q{SELECT token FROM dlock.try_acquire('dead', '1h', 'b', max_holders => 2)});
 my $b_pid = $sb->query_safe('SELECT pg_backend_pid()');
 my ($a_slot, $b_slot) = map { sql("SELECT slot FROM dlock.lease_state WHERE name = 'dead' AND owner = '$_'") } qw(a b);
-is(sql(q{SELECT dlock.try_acquire('dead', '1h', 'x', max_holders => 2) IS NULL}), 't',
+is(sql(q{SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('dead', '1h', 'x', max_holders => 2))}), 't',
 	'a semaphore of 2 with two live permits refuses a third');
 
 my $sc = background_query($node, q{
@@ -191,9 +191,9 @@ my %next;
 sql(q{SELECT dlock.force_release(n) FROM unnest(ARRAY['k:0', 'k:1', 'm:0']) n});
 $next{exclusive} = sql(q{SELECT token FROM dlock.try_acquire('k:0', '1h', 'after-x')});
 $next{shared} = sql(q{SELECT string_agg(token::text, ' ') FROM (
-	SELECT (dlock.try_acquire('k:1', '1h', o, shared => true)).token FROM unnest(ARRAY['after-s1', 'after-s2']) o) g});
+	SELECT (SELECT token FROM dlock.try_acquire('k:1', '1h', o, shared => true)) FROM unnest(ARRAY['after-s1', 'after-s2']) o) g});
 $next{permit} = sql(q{SELECT string_agg(token::text, ' ') FROM (
-	SELECT (dlock.try_acquire('m:0', '1h', o, max_holders => 3)).token FROM unnest(ARRAY['after-m1', 'after-m2']) o) g});
+	SELECT (SELECT token FROM dlock.try_acquire('m:0', '1h', o, max_holders => 3)) FROM unnest(ARRAY['after-m1', 'after-m2']) o) g});
 for my $kind (sort keys %next)
 {
 	my @tokens = split / /, $next{$kind};
@@ -220,10 +220,10 @@ my $restored_max = $node->safe_psql('restored', 'SELECT max(token) FROM dlock.le
 is($node->safe_psql('restored', q{SELECT dlock.fence('k:1', token) FROM dlock.lease_state
 	    WHERE name = 'k:1' AND owner = 'after-s2'}), 't', 'a restored shared lease fences true');
 my $restored = $node->safe_psql('restored', q{
-	SELECT (dlock.try_acquire('restored:x', '1h', 'r-x')).token,
-	       (dlock.try_acquire('k:1', '1h', 'r-s', shared => true)).token,
-	       (dlock.try_acquire('m:0', '1h', 'r-m', max_holders => 3)).token,
-	       dlock.try_acquire('m:0', '1h', 'r-m2', max_holders => 3) IS NULL});
+	SELECT (SELECT token FROM dlock.try_acquire('restored:x', '1h', 'r-x')),
+	       (SELECT token FROM dlock.try_acquire('k:1', '1h', 'r-s', shared => true)),
+	       (SELECT token FROM dlock.try_acquire('m:0', '1h', 'r-m', max_holders => 3)),
+	       NOT EXISTS (SELECT FROM dlock.try_acquire('m:0', '1h', 'r-m2', max_holders => 3))});
 my @restored = split /\|/, $restored;
 ok(!grep({ !/^\d+$/ || $_ <= $restored_max } @restored[0 .. 2]),
 	"the next exclusive, shared and semaphore grants are larger than every restored token ($restored_max)");
@@ -257,14 +257,14 @@ is($standby->safe_psql('postgres', q{SELECT count(*) FROM dlock.leases WHERE nam
 	'6', 'and all of them are live');
 is($standby->safe_psql('postgres', q{SELECT bool_and(dlock.fence(name, token)) FROM dlock.lease_state
 	    WHERE name LIKE 'fo:%'}), 't', 'every one of them fences true on the new primary');
-is($standby->safe_psql('postgres', q{SELECT dlock.try_acquire('fo:s', '1h', 'w') IS NULL,
-	    dlock.try_acquire('fo:x', '1h', 'w') IS NULL}),
+is($standby->safe_psql('postgres', q{SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('fo:s', '1h', 'w')),
+	    NOT EXISTS (SELECT FROM dlock.try_acquire('fo:x', '1h', 'w'))}),
 	't|t', 'an exclusive grant is refused while the shared leases live; so is another owner of the exclusive one');
 my $fo_new = $standby->safe_psql('postgres', q{
-	SELECT (dlock.try_acquire('fo:s', '1h', 's4', shared => true)).token,
-	       (dlock.try_acquire('fo:m', '1h', 'm3', max_holders => 3)).token,
-	       (dlock.try_acquire('fo:new', '1h', 'x2')).token,
-	       dlock.try_acquire('fo:m', '1h', 'm4', max_holders => 3) IS NULL});
+	SELECT (SELECT token FROM dlock.try_acquire('fo:s', '1h', 's4', shared => true)),
+	       (SELECT token FROM dlock.try_acquire('fo:m', '1h', 'm3', max_holders => 3)),
+	       (SELECT token FROM dlock.try_acquire('fo:new', '1h', 'x2')),
+	       NOT EXISTS (SELECT FROM dlock.try_acquire('fo:m', '1h', 'm4', max_holders => 3))});
 my @fo_new = split /\|/, $fo_new;
 ok(!grep({ !/^\d+$/ || $_ <= $fo_max } @fo_new[0 .. 2]),
 	"new shared, semaphore and exclusive grants on the new primary are larger than every token before ($fo_max)");

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# make check-readme (and a suite of make test): what the README promises
+# about itself.
+#
+#  1. README.md is at most 40,000 bytes, so that it reads in ten minutes;
+#     the reference lives in docs/reference.md.
+#  2. Every relative link of README.md and docs/*.md names a file of the
+#     tree, and every #anchor of such a link (or within the same file) is a
+#     heading of its target, by GitHub's rule for heading anchors.
+#  3. The first ```sql block of README.md, pasted as it is into psql on a
+#     fresh database of a throwaway cluster, runs without an error and
+#     prints "UPDATE 1": the fenced write of Getting started succeeds.
+#
+# Needs dlock installed in PG_CONFIG's tree (make install); make test runs
+# this after installing it.  Prints "ok N - ..." or "not ok N - ..." per
+# check, then "N passed, N failed"; exits non-zero when one failed.
+
+if [ -z "${PG_BINDIR:-}" ] && [ -n "${PG_CONFIG:-}" ]; then
+    PG_BINDIR=$("$PG_CONFIG" --bindir)
+fi
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+README=$SRC_DIR/README.md
+MAX_BYTES=40000
+n=0
+passed=0
+failed=0
+
+# report OK DESCRIPTION: one TAP-style line per check
+report() {
+    n=$((n + 1))
+    if [ "$1" = ok ]; then
+        echo "ok $n - $2"
+        passed=$((passed + 1))
+    else
+        echo "not ok $n - $2"
+        failed=$((failed + 1))
+    fi
+}
+
+# 1. Size
+bytes=$(wc -c <"$README")
+if [ "$bytes" -le "$MAX_BYTES" ]; then
+    report ok "README.md is $bytes bytes, at most $MAX_BYTES"
+else
+    report fail "README.md is $bytes bytes, more than $MAX_BYTES"
+fi
+
+# 2. Links.  Headings' anchors follow GitHub: the text lower-cased, every
+# character that is not a letter, digit, space, hyphen or underscore
+# removed, spaces made hyphens, and "-1", "-2", ... added to repeats.
+# Fenced code blocks are skipped (neither headings nor links there).
+link_errors=$(cd "$SRC_DIR" && perl -CSD -e '
+    use strict;
+    use warnings;
+    use File::Basename qw(dirname);
+    use File::Spec;
+    my %anchors;
+    sub lines_outside_code {
+        my ($file) = @_;
+        open(my $fh, "<:encoding(UTF-8)", $file) or return ();
+        my ($in_code, @out) = (0);
+        while (my $line = <$fh>) {
+            if ($line =~ /^\s*(```|~~~)/) { $in_code = !$in_code; next; }
+            push @out, $line unless $in_code;
+        }
+        return @out;
+    }
+    sub anchors_of {
+        my ($file) = @_;
+        return $anchors{$file} if $anchors{$file};
+        my (%seen, %set);
+        for my $line (lines_outside_code($file)) {
+            next unless $line =~ /^#{1,6}\s+(.*?)\s*#*\s*$/;
+            my $slug = lc $1;
+            $slug =~ s/[^\p{L}\p{N} _-]//g;
+            $slug =~ s/ /-/g;
+            my $unique = $seen{$slug}++ ? "$slug-" . ($seen{$slug} - 1) : $slug;
+            $set{$unique} = 1;
+        }
+        return $anchors{$file} = \%set;
+    }
+    my $bad = 0;
+    for my $file (@ARGV) {
+        my $lineno = 0;
+        for my $line (lines_outside_code($file)) {
+            # inline code holds no links
+            (my $text = $line) =~ s/`[^`]*`//g;
+            while ($text =~ /\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g) {
+                my $target = $1;
+                next if $target =~ m{^[a-z][a-z0-9+.-]*:}i;   # http:, mailto:, ...
+                my ($path, $anchor) = split /#/, $target, 2;
+                my $dest = $path eq "" ? $file
+                         : File::Spec->canonpath(File::Spec->catfile(dirname($file), $path));
+                if (!-e $dest) {
+                    print "$file: link to a missing file: $target\n";
+                    $bad++;
+                    next;
+                }
+                next unless defined $anchor && $dest =~ /\.md$/;
+                unless (anchors_of($dest)->{$anchor}) {
+                    print "$file: no heading for the anchor: $target\n";
+                    $bad++;
+                }
+            }
+        }
+    }
+    exit($bad ? 1 : 0);
+' README.md docs/*.md) && links_ok=yes || links_ok=no
+if [ "$links_ok" = yes ]; then
+    report ok "every relative link and anchor of README.md and docs/*.md resolves"
+else
+    printf '%s\n' "$link_errors"
+    report fail "relative links or anchors that do not resolve: $(printf '%s\n' "$link_errors" | wc -l)"
+fi
+
+# 3. The first SQL block, on a fresh database of a throwaway cluster
+if [ ! -f "$("$PG_BINDIR/pg_config" --sharedir)/extension/dlock.control" ]; then
+    echo "dlock is not installed in $PG_BINDIR/../ (make install first)"
+    report fail "the first sql block of README.md prints UPDATE 1"
+else
+    block=$(awk '/^```sql[[:space:]]*$/ { if (!done) { inside = 1; next } }
+                 inside && /^```/ { inside = 0; done = 1 }
+                 inside { print }' "$README")
+    start_cluster "${CHECK_README_PORT:-54334}"
+    as_run_user "$PG_BINDIR/createdb" -h "$PGHOST" -p "$PGPORT" -U postgres readme_check
+    set +e
+    out=$(printf '%s\n' "$block" |
+        as_run_user "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" \
+            -U postgres -d readme_check -f - 2>&1)
+    rc=$?
+    set -e
+    if [ -z "$block" ]; then
+        report fail "README.md has no \`\`\`sql block"
+    elif [ "$rc" -eq 0 ] && printf '%s\n' "$out" | grep -qx 'UPDATE 1'; then
+        report ok "the first sql block of README.md runs in psql on a fresh database and prints UPDATE 1"
+    else
+        printf '%s\n' "$out" | sed 's/^/    /' | tail -n 30
+        report fail "the first sql block of README.md (psql exit status $rc) does not print UPDATE 1"
+    fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
