@@ -10,7 +10,7 @@
 #                                        from the release's source package)
 #   scripts/chroot.sh run DIR CMD...     run CMD inside, as root, with /proc,
 #                                        /dev, /dev/pts and /dev/shm mounted
-#                                        for the time of the command only
+#                                        for it alone (see in_chroot)
 #   scripts/chroot.sh remove DIR         delete a chroot (nothing mounted)
 #
 # PostgreSQL 14 and 16 are in no Debian release: there is no chroot for them.
@@ -52,19 +52,24 @@ unmount_all() {
     for m in $(mounted "$1"); do umount "$m" || umount -l "$m"; done
 }
 
-# in_chroot DIR CMD...: run CMD in the chroot with /proc, /dev and /dev/shm
-# mounted, and unmount them however it ends
+# in_chroot DIR CMD...: run CMD in the chroot with /proc, /dev, /dev/pts
+# and a /dev/shm of its own mounted in a mount namespace of its own.  The
+# mounts are seen by CMD and its children alone, and go with the last of
+# them: nothing to unmount, however it ends; two runs in one chroot at once
+# do not unmount each other's; and a process left running cannot keep a
+# mount under DIR that remove would delete through.
 in_chroot() {
-    local dir=$1 rc=0
+    local dir=$1
     shift
-    mount -t proc proc "$dir/proc"
-    mount --bind /dev "$dir/dev"
-    mount --bind /dev/pts "$dir/dev/pts"
-    mount -t tmpfs -o mode=1777 shm "$dir/dev/shm"
-    chroot "$dir" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-        HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@" || rc=$?
-    unmount_all "$dir"
-    return "$rc"
+    unshare --mount --propagation private -- sh -c '
+        dir=$1
+        shift
+        mount -t proc proc "$dir/proc" &&
+            mount --bind /dev "$dir/dev" &&
+            mount --bind /dev/pts "$dir/dev/pts" &&
+            mount -t tmpfs -o mode=1777 shm "$dir/dev/shm" || exit 1
+        exec chroot "$dir" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+            HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"' sh "$dir" "$@"
 }
 
 # Debian's packages of PostgreSQL 13 have no isolation tester (later ones
@@ -110,13 +115,11 @@ case $cmd in
         mmdebstrap --variant=apt --include="$(packages "$major")" \
             --customize-hook='echo "exit 101" > "$1/usr/sbin/policy-rc.d"; chmod 755 "$1/usr/sbin/policy-rc.d"' \
             "${opts[@]}" "$suite" "$dir" http://deb.debian.org/debian
-        trap 'unmount_all "$dir"' EXIT
         in_chroot "$dir" sh -c "$(build_isolation_tester "$major" "$suite")"
         ;;
     run)
         dir=$1
         shift
-        trap 'unmount_all "$dir"' EXIT
         in_chroot "$dir" "$@"
         ;;
     remove)

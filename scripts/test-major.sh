@@ -12,15 +12,29 @@
 #   - the test build (DLOCK_TEST_HOOKS=1): the isolation suite with the
 #     specs that drive its pause points, without and with dlock preloaded
 #   - the TAP suite (the upgrade walk t/009_upgrade.pl among them) when
-#     DLOCK_TAP=1 and the major ships PostgreSQL::Test::Cluster (from 15
-#     on); DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves
-#     some out (and says so)
+#     the major ships PostgreSQL::Test::Cluster (from 15 on);
+#     DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves some
+#     out (and says so)
+#
+# DLOCK_SUITES names the suites to run, all by default: regress
+# regress-preloaded isolation isolation-preloaded isolation-test-build
+# isolation-test-build-preloaded tap.  The build, its warnings and its
+# exports are checked whatever it names.
 #
 # Every instance is private (pg_regress --temp-instance, or a TAP node) and
 # is stopped by whoever started it.  Run as root or as the user that owns
 # the clusters.
 
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+SUITES=" ${DLOCK_SUITES:-regress regress-preloaded isolation isolation-preloaded isolation-test-build isolation-test-build-preloaded tap} "
+for suite in $SUITES; do
+    case $suite in
+        regress | regress-preloaded | isolation | isolation-preloaded | \
+            isolation-test-build | isolation-test-build-preloaded | tap) ;;
+        *) echo "DLOCK_SUITES: no suite \"$suite\"" >&2; exit 2 ;;
+    esac
+done
 
 WORK=$(make_work_dir)
 trap 'rm -rf "$WORK"' EXIT
@@ -92,20 +106,28 @@ fi
 count_check "PostgreSQL $PG_MAJOR: dlock.so exports only its entry points" \
     bash "$WORK/src/scripts/check-exports.sh" "$WORK/src/dlock.so"
 
-run_suite regress installcheck ISOLATION= TAP_TESTS=
-run_suite regress-preloaded installcheck ISOLATION= TAP_TESTS= PRELOADED=1
-run_suite isolation installcheck REGRESS= TAP_TESTS=
-run_suite isolation-preloaded installcheck REGRESS= TAP_TESTS= PRELOADED=1
+# wanted SUITE: DLOCK_SUITES names it
+wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 
-say "PostgreSQL $PG_MAJOR: the test build (DLOCK_TEST_HOOKS=1)"
-count_check "PostgreSQL $PG_MAJOR: the test build builds without warning and installs" \
-    build DLOCK_TEST_HOOKS=1
-run_suite isolation-test-build installcheck REGRESS= TAP_TESTS= DLOCK_TEST_HOOKS=1
-run_suite isolation-test-build-preloaded installcheck REGRESS= TAP_TESTS= \
-    DLOCK_TEST_HOOKS=1 PRELOADED=1
-count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
+wanted regress && run_suite regress installcheck ISOLATION= TAP_TESTS=
+wanted regress-preloaded && run_suite regress-preloaded installcheck ISOLATION= TAP_TESTS= PRELOADED=1
+wanted isolation && run_suite isolation installcheck REGRESS= TAP_TESTS=
+wanted isolation-preloaded && run_suite isolation-preloaded installcheck REGRESS= TAP_TESTS= PRELOADED=1
 
-if [ "${DLOCK_TAP:-0}" = 1 ]; then
+if wanted isolation-test-build || wanted isolation-test-build-preloaded; then
+    say "PostgreSQL $PG_MAJOR: the test build (DLOCK_TEST_HOOKS=1)"
+    count_check "PostgreSQL $PG_MAJOR: the test build builds without warning and installs" \
+        build DLOCK_TEST_HOOKS=1
+    wanted isolation-test-build &&
+        run_suite isolation-test-build installcheck REGRESS= TAP_TESTS= DLOCK_TEST_HOOKS=1
+    wanted isolation-test-build-preloaded &&
+        run_suite isolation-test-build-preloaded installcheck REGRESS= TAP_TESTS= \
+            DLOCK_TEST_HOOKS=1 PRELOADED=1
+    # what is left installed, and what the TAP suite runs, is the normal build
+    count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
+fi
+
+if wanted tap; then
     if [ -f "$(dirname "$("$PG_CONFIG" --pgxs)")/../test/perl/PostgreSQL/Test/Cluster.pm" ]; then
         tap_args=(PROVE_FLAGS=-v)
         tests=${DLOCK_TAP_TESTS:-}

@@ -19,12 +19,25 @@ my $node = PostgreSQL::Test::Cluster->new('clock');
 $node->init;
 my $offset_file = $node->basedir . '/clock_offset';
 
+# The server's processes read the offset file at every clock reading
+# (FAKETIME_NO_CACHE), and newer libfaketime releases (Debian 13's and
+# later) end the process that finds it empty.  So the new offset is written to
+# another file and renamed over the old one: a reader sees the old offset or
+# the new one, never the moment between truncating and writing the file.
+sub write_offset
+{
+	my ($offset) = @_;
+	my $tmp = "$offset_file.new";
+	open my $fh, '>', $tmp or die "could not write $tmp: $!";
+	print $fh "$offset\n";
+	close $fh or die "could not write $tmp: $!";
+	rename $tmp, $offset_file or die "could not rename $tmp: $!";
+}
+
 sub step_clock
 {
 	my ($seconds) = @_;
-	open my $fh, '>', $offset_file or die "could not write $offset_file: $!";
-	print $fh ($seconds >= 0 ? "+$seconds" : $seconds), "\n";
-	close $fh;
+	write_offset($seconds >= 0 ? "+$seconds" : $seconds);
 	# The server must see the new offset before the test goes on
 	$node->poll_query_until('postgres',
 		"SELECT abs(extract(epoch FROM clock_timestamp()) - extract(epoch FROM now()) ) >= 0
@@ -32,9 +45,7 @@ sub step_clock
 	  or die "server clock did not step to $seconds s";
 }
 
-open my $fh, '>', $offset_file or die;
-print $fh "+0\n";
-close $fh;
+write_offset('+0');
 {
 	# Only the server runs on the fake clock; its monotonic clock, which
 	# times latch waits and lock timeouts, stays real

@@ -289,7 +289,13 @@ like($out, qr/readers\s+\d+\s+shared\s/, 'status shows the kind');
 ($rc, $out) = run_dlock('run', 'readers', '--wait', '30s', '--', 'echo', 'writer');
 is("$rc $out", "0 writer\n", 'an exclusive run with --wait runs once the shared runs end');
 $_->finish for @readers;
-my @permits = map { IPC::Run::start([ $dlock, 'run', 'permits', '--max-holders', '2', '--', 'sleep', '3' ]) } 1 .. 2;
+# A semaphore's first permits are granted one at a time, and a run without
+# --wait is refused while another is being granted: the second run starts
+# once the first holds its permit
+my @permits = (IPC::Run::start([ $dlock, 'run', 'permits', '--max-holders', '2', '--', 'sleep', '3' ]));
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'permits' AND state = 'live'})
+  or die 'the first semaphore run did not start';
+push @permits, IPC::Run::start([ $dlock, 'run', 'permits', '--max-holders', '2', '--', 'sleep', '3' ]);
 $node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM dlock.leases
 		WHERE name = 'permits' AND state = 'live' AND max_holders = 2})
   or die 'semaphore runs did not start';
