@@ -192,7 +192,7 @@ for my $i (1 .. 3)
 # the same URI, retrying on errors; it logs each acknowledged write
 my $child_log = "$base/child.log";
 my $child = q{i=0; while [ $i -lt 100000 ]; do i=$((i+1)); }
-  . q{r=$(psql -X -q -At -d "$APP" -c "INSERT INTO ha_child SELECT $i, $DLOCK_TOKEN WHERE dlock.fence('$DLOCK_NAME', $DLOCK_TOKEN) RETURNING n" 2>/dev/null) && [ "$r" = "$i" ] && echo "$i" >> } . $child_log . q{; sleep 0.1; done};
+  . q{r=$(psql -X -q -At -d "$APP" -c "INSERT INTO ha_child SELECT $i, $DLOCK_TOKEN WHERE dlock.fence('$DLOCK_NAME', $DLOCK_TOKEN) RETURNING n || ' ' || inet_server_port() || ' ' || to_char(clock_timestamp(), 'HH24:MI:SS.MS')" 2>/dev/null) && [ "${r%% *}" = "$i" ] && echo "$r" >> } . $child_log . q{; sleep 0.1; done};
 my $run = do
 {
 	local $ENV{APP} = $app;
@@ -213,6 +213,8 @@ sub failover_round
 	sleep 5;
 	my $old = primary();
 	my $t0 = time;
+	note sprintf('%s: acting on %s at %s (server clock)', $label, $old,
+		scalar psql($monitor, q{SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS')}));
 	$act->($old);
 	poll_until("$label: a new primary", 120, sub { my $n = primary(); $n && $n ne $old });
 	my $new = primary();
@@ -294,10 +296,15 @@ is(psql(node_conninfo($alone), 'SHOW synchronous_standby_names'), '',
 # The child of dlock run: its acknowledged writes are all there
 $run->signal('TERM');
 $run->finish;
-my @acked = do { local (@ARGV) = ($child_log); map { chomp; $_ } <> };
+# (each line of the child's log: n, the port of the server that acknowledged
+# the write, and when)
+my @acked_lines = do { local (@ARGV) = ($child_log); map { chomp; $_ } <> };
 my %child_rows = map { $_ => 1 } split /\n/, psql(node_conninfo($alone), 'SELECT n FROM ha_child');
-is(scalar(grep { !$child_rows{$_} } @acked), 0,
-	sprintf('all %d acknowledged writes of the dlock run child are on the last primary', scalar @acked));
+my @child_missing = grep { !$child_rows{ (split / /)[0] } } @acked_lines;
+is(scalar(@child_missing), 0,
+	sprintf('all %d acknowledged writes of the dlock run child are on the last primary', scalar @acked_lines))
+  or diag sprintf("missing (n, port, time): %s ... %s; ports: %s",
+	$child_missing[0], $child_missing[-1], join(' ', map { "$_=$port{$_}" } sort keys %port));
 
 # Bring the crashed node back: it rejoins as a secondary
 run_service($crashed, "$base/$crashed");
