@@ -477,24 +477,17 @@ etcd_release(Worker *w, const char *lease)
 
 /* --- the work of one account or batch ------------------------------------- */
 
-/* ids_array - "{first,...,first+n-1}"; names_array - the same as lock names */
+/*
+ * account_array - "{P1,...,Pn}" for the accounts first .. first+n-1, each
+ * with prefix P: "" for the ids, "account:" for the lock names
+ */
 static void
-ids_array(int first, int n, char *buf, size_t len)
+account_array(const char *prefix, int first, int n, char *buf, size_t len)
 {
 	size_t		off = snprintf(buf, len, "{");
 
 	for (int i = 0; i < n; i++)
-		off += snprintf(buf + off, len - off, "%s%d", i ? "," : "", first + i);
-	snprintf(buf + off, len - off, "}");
-}
-
-static void
-names_array(int first, int n, char *buf, size_t len)
-{
-	size_t		off = snprintf(buf, len, "{");
-
-	for (int i = 0; i < n; i++)
-		off += snprintf(buf + off, len - off, "%saccount:%d", i ? "," : "", first + i);
+		off += snprintf(buf + off, len - off, "%s%s%d", i ? "," : "", prefix, first + i);
 	snprintf(buf + off, len - off, "}");
 }
 
@@ -516,7 +509,7 @@ cycle(Worker *w, int first, int n, int write)
 	int			off = method->grants_off;
 	redisReply *reply;
 
-	ids_array(first, n, ids, sizeof(ids));
+	account_array("", first, n, ids, sizeof(ids));
 	snprintf(name, sizeof(name), "account:%d", first);
 	switch (method->shape)
 	{
@@ -610,7 +603,7 @@ cycle(Worker *w, int first, int n, int write)
 
 		case M_DLOCK_C:
 			snprintf(owner, sizeof(owner), "w%d-%lu", w->id, w->serial++);
-			names_array(first, n, names, sizeof(names));
+			account_array("account:", first, n, names, sizeof(names));
 			{
 				PGresult   *res;
 				Step		s[5];

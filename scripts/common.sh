@@ -1,8 +1,10 @@
-# Shared set-up for `make test` and `make demo`: sourced, not run.
+# Shared set-up for `make test`, `make demo`, the benchmarks and the tests
+# on other majors: sourced, not run.
 #
 # Installs the Debian packages dlock needs when they are missing, builds and
-# installs the extension, and picks the unprivileged user that runs the
-# throwaway clusters (initdb refuses to run as root).
+# installs the extension, picks the unprivileged user that runs the
+# throwaway clusters (initdb refuses to run as root), and runs one suite of
+# installcheck and counts its results (run_suite).
 
 set -euo pipefail
 
@@ -107,4 +109,34 @@ stop_cluster() {
         while kill -0 "$CLUSTER_PID" 2>/dev/null; do sleep 0.1; done
     fi
     [ -z "${WORK:-}" ] || rm -rf "$WORK"
+}
+
+# run_suite TITLE MAKE-ARGS...: one part of installcheck of the copy of the
+# tree in $WORK/src (scripts/test.sh, scripts/test-major.sh), its results
+# shown and added to passed and failed; SUITE_PREFIX starts its title
+run_suite() {
+    local title=$1 out rc ok bad f
+    shift
+    say "${SUITE_PREFIX:-}$title"
+    out=$WORK/$title.out
+    rm -f "$WORK/src/regression.diffs" "$WORK/src/output_iso/regression.diffs"
+    set +e
+    as_run_user make -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" >"$out" 2>&1
+    rc=$?
+    set -e
+    # pg_regress: "test name ... ok" (up to 15) or "ok 1 - name" (16 on);
+    # prove -v: "ok N - description" / "not ok N - description"
+    ok=$(grep -cE '\.\.\. ok|^ok [0-9]+ ' "$out" || true)
+    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || true)
+    sed -nE '/\.\.\. (ok|FAILED)|^(not )?ok [0-9]+ /p' "$out"
+    [ "$bad" -eq 0 ] || awk '/^not ok [0-9]+ / { n = 20 } n > 0 && /^#/ { print; n-- }' "$out" | head -n 60
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+        bad=1
+        tail -n 30 "$out"
+    fi
+    for f in regression.diffs output_iso/regression.diffs; do
+        [ ! -s "$WORK/src/$f" ] || head -n 200 "$WORK/src/$f"
+    done
+    passed=$((passed + ok))
+    failed=$((failed + bad))
 }

@@ -62,34 +62,8 @@ build() {
         as_root make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" install >/dev/null
 }
 
-# run_suite TITLE MAKE-ARGS...: one part of installcheck, its results
-# counted as scripts/test.sh counts them
-run_suite() {
-    local title=$1 out rc ok bad f
-    shift
-    say "PostgreSQL $PG_MAJOR: $title"
-    out=$WORK/$title.out
-    rm -f "$WORK/src/regression.diffs" "$WORK/src/output_iso/regression.diffs"
-    set +e
-    as_run_user make -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" >"$out" 2>&1
-    rc=$?
-    set -e
-    # pg_regress: "test name ... ok" (up to 15) or "ok 1 - name" (16 on);
-    # prove -v: "ok N - description" / "not ok N - description"
-    ok=$(grep -cE '\.\.\. ok|^ok [0-9]+ ' "$out" || true)
-    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || true)
-    sed -nE '/\.\.\. (ok|FAILED)|^(not )?ok [0-9]+ /p' "$out"
-    [ "$bad" -eq 0 ] || awk '/^not ok [0-9]+ / { n = 20 } n > 0 && /^#/ { print; n-- }' "$out" | head -n 60
-    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
-        bad=1
-        tail -n 30 "$out"
-    fi
-    for f in regression.diffs output_iso/regression.diffs; do
-        [ ! -s "$WORK/src/$f" ] || head -n 200 "$WORK/src/$f"
-    done
-    passed=$((passed + ok))
-    failed=$((failed + bad))
-}
+# run_suite (scripts/common.sh) says which major each suite ran on
+SUITE_PREFIX="PostgreSQL $PG_MAJOR: "
 
 mkdir "$WORK/src"
 tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.so' \

@@ -23,39 +23,8 @@ tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.s
     tar -C "$WORK/src" -xf -
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/src"
 
-LOG=$WORK/test.log
 passed=0
 failed=0
-
-# run_suite TITLE MAKE-ARGS...: run one part of installcheck, count results
-run_suite() {
-    local title=$1 out rc
-    shift
-    say "$title"
-    out=$WORK/$title.out
-    set +e
-    as_run_user make -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" >"$out" 2>&1
-    rc=$?
-    set -e
-    cat "$out" >>"$LOG"
-    # pg_regress lines: "test name ... ok" (15) or "ok 1 - name" (16+);
-    # prove -v lines: "ok N - description" / "not ok N - description"
-    local ok bad
-    ok=$(grep -cE '\.\.\. ok|^ok [0-9]+ ' "$out" || true)
-    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || true)
-    sed -nE '/\.\.\. (ok|FAILED)|^(not )?ok [0-9]+ /p' "$out"
-    # What a failed TAP check said about itself (its diagnostics follow it)
-    [ "$bad" -eq 0 ] || awk '/^not ok [0-9]+ / { n = 20 } n > 0 && /^#/ { print; n-- }' "$out" | head -n 60
-    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
-        bad=1
-        tail -n 30 "$out"
-    fi
-    for f in regression.diffs output_iso/regression.diffs; do
-        [ -s "$WORK/src/$f" ] && head -n 200 "$WORK/src/$f"
-    done
-    passed=$((passed + ok))
-    failed=$((failed + bad))
-}
 
 # The README: at most 40,000 bytes, its links and those of docs/*.md
 # resolve, its first SQL block prints UPDATE 1 on a fresh database
