@@ -40,7 +40,14 @@
  *	               grant is committed (and flushed) with the write, and the
  *	               name's lock, held to the commit, keeps others out even
  *	               past the ttl (the cycle for work done in one transaction)
- *	  dlock_*_off  the same with dlock.durable_grants = off and
+ *	  dlock_e      one transaction, one round trip: BEGIN, acquire, the
+	               write, the release and COMMIT in one pipeline, nothing
+	               read back in between.  The write is not fenced: the
+	               grant commits with it, and the name's lock that the grant
+	               holds to the commit orders it before any other grant
+	               (docs/internals.md, I3); an acquire that fails (timeout)
+	               aborts the transaction, write included
+	  dlock_*_off  the same with dlock.durable_grants = off and
  *	               synchronous_commit = off in the session, the write's
  *	               transaction setting synchronous_commit = on for itself:
  *	               its commit makes the grant before it durable too
@@ -79,7 +86,8 @@
 
 typedef enum
 {
-	M_NOLOCK, M_ADVISORY, M_DLOCK_A, M_DLOCK_B, M_DLOCK_C, M_DLOCK_D, M_REDIS, M_ETCD,
+	M_NOLOCK, M_ADVISORY, M_DLOCK_A, M_DLOCK_B, M_DLOCK_C, M_DLOCK_D, M_DLOCK_E,
+	M_REDIS, M_ETCD,
 	M_DOUBLE
 } Shape;
 
@@ -99,9 +107,11 @@ static const Method methods[] = {
 	{"dlock_b", M_DLOCK_B, 0, 0},
 	{"dlock_c", M_DLOCK_C, 0, 1},
 	{"dlock_d", M_DLOCK_D, 0, 0},
+	{"dlock_e", M_DLOCK_E, 0, 0},
 	{"dlock_a_off", M_DLOCK_A, 1, 0},
 	{"dlock_b_off", M_DLOCK_B, 1, 0},
 	{"dlock_c_off", M_DLOCK_C, 1, 1},
+	{"dlock_e_off", M_DLOCK_E, 1, 0},
 	{"redis", M_REDIS, 0, 0},
 	{"etcd", M_ETCD, 0, 0},
 	{"double", M_DOUBLE, 0, 0},
@@ -218,6 +228,7 @@ pg_connect(Worker *w)
 		case M_DLOCK_B:
 		case M_DLOCK_C:
 		case M_DLOCK_D:
+		case M_DLOCK_E:
 			pg_prepare(w, "write_fenced", write_fenced_sql);
 			pg_prepare(w, "acquire",
 					   "SELECT token FROM dlock.acquire($1, '30s'::interval, $2, timeout => '10s'::interval)");
@@ -268,7 +279,7 @@ pg_write(Worker *w, const char *stmt, int nparams, const char *const *params, in
  * A pipeline: statements sent at once, each followed or not by a sync (the
  * end of an implicit transaction); then every result read and checked.
  * expect: "W" a write of n invoices, "T" a result whose value is "t" (release)
- * or n (release_all), "C" a command.
+ * or n (release_all), "R" a result of one row (acquire), "C" a command.
  */
 typedef struct Step
 {
@@ -315,6 +326,10 @@ pg_pipeline(Worker *w, const Step *steps, int nsteps, int n)
 				if (strcmp(PQgetvalue(res, 0, 0), n == 1 ? "t" : nbuf) != 0 &&
 					strcmp(PQgetvalue(res, 0, 0), nbuf) != 0)
 					die(w, "%s returned %s (lease lost)", steps[i].stmt, PQgetvalue(res, 0, 0));
+				break;
+			case 'R':
+				if (st != PGRES_TUPLES_OK || PQntuples(res) != 1)
+					die(w, "%s: %s", steps[i].stmt, PQerrorMessage(w->pg));
 				break;
 			default:
 				if (st != PGRES_COMMAND_OK)
@@ -595,6 +610,24 @@ cycle(Worker *w, int first, int n, int write)
 				PQclear(res);
 				if (write)
 					s[k++] = (Step) {"write_fenced", 2, {ids, token}, 'W', 0};
+				s[k++] = (Step) {"release", 2, {name, owner}, 'T', 0};
+				s[k++] = (Step) {"commit", 0, {NULL, NULL}, 'C', 1};
+				pg_pipeline(w, s, k, n);
+			}
+			break;
+
+		case M_DLOCK_E:
+			snprintf(owner, sizeof(owner), "w%d-%lu", w->id, w->serial++);
+			{
+				Step		s[6];
+				int			k = 0;
+
+				s[k++] = (Step) {"begin", 0, {NULL, NULL}, 'C', 0};
+				if (off && write)
+					s[k++] = (Step) {"sync_on", 0, {NULL, NULL}, 'C', 0};
+				s[k++] = (Step) {"acquire", 2, {name, owner}, 'R', 0};
+				if (write)
+					s[k++] = (Step) {"write", 1, {ids, NULL}, 'W', 0};
 				s[k++] = (Step) {"release", 2, {name, owner}, 'T', 0};
 				s[k++] = (Step) {"commit", 0, {NULL, NULL}, 'C', 1};
 				pg_pipeline(w, s, k, n);

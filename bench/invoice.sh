@@ -15,6 +15,8 @@
 #                   batch's fenced write + release_all (2 transactions a batch)
 #   dlock_d         dlock: acquire, fenced write and release in one
 #                   transaction (the grant commits with the write)
+#   dlock_e         dlock: the same transaction in one round trip (one
+#                   pipeline; the write needs no fence there)
 #   dlock_*_off     the same with dlock.durable_grants = off
 #   redis_everysec  Redis SET NX PX + compare-and-delete, AOF everysec
 #   redis_always    the same, appendfsync always (both unfenced)
@@ -57,7 +59,7 @@ else
 fi
 WORKERS=${WORKERS:-20}
 BATCH=${BATCH:-10}
-METHODS=${METHODS:-nolock nolock_batch advisory dlock_a dlock_b dlock_c dlock_d dlock_a_off dlock_b_off dlock_c_off redis_everysec redis_always etcd}
+METHODS=${METHODS:-nolock nolock_batch advisory dlock_a dlock_b dlock_c dlock_d dlock_e dlock_a_off dlock_b_off dlock_c_off dlock_e_off redis_everysec redis_always etcd}
 PG_PORT=${PG_PORT:-54340}
 REDIS_PORT=${REDIS_PORT:-54380}
 ETCD_PORT=${ETCD_PORT:-54381}
@@ -72,9 +74,11 @@ declare -A LABEL=(
     [dlock_b]="dlock (b): acquire; fenced write + release"
     [dlock_c]="dlock (c): acquire_all of $BATCH; write + release_all"
     [dlock_d]="dlock (d): acquire + fenced write + release, one transaction"
+    [dlock_e]="dlock (e): (d) in one round trip, the write unfenced"
     [dlock_a_off]="dlock (a), durable_grants = off"
     [dlock_b_off]="dlock (b), durable_grants = off"
     [dlock_c_off]="dlock (c), durable_grants = off"
+    [dlock_e_off]="dlock (e), durable_grants = off"
     [redis_everysec]="Redis, appendfsync everysec (unfenced)"
     [redis_always]="Redis, appendfsync always (unfenced)"
     [etcd]="etcd lease + txn (revision fenced in the table)"
@@ -82,8 +86,8 @@ declare -A LABEL=(
 # transactions and round trips per account
 declare -A COST=(
     [nolock]="1 / 1" [nolock_batch]="1/$BATCH / 1/$BATCH" [advisory]="1 / 1" [dlock_a]="3 / 3" [dlock_b]="2 / 2"
-    [dlock_c]="2/$BATCH / 2/$BATCH" [dlock_d]="1 / 2" [dlock_a_off]="3 / 3" [dlock_b_off]="2 / 2"
-    [dlock_c_off]="2/$BATCH / 2/$BATCH" [redis_everysec]="1 / 3" [redis_always]="1 / 3"
+    [dlock_c]="2/$BATCH / 2/$BATCH" [dlock_d]="1 / 2" [dlock_e]="1 / 1" [dlock_a_off]="3 / 3" [dlock_b_off]="2 / 2"
+    [dlock_c_off]="2/$BATCH / 2/$BATCH" [dlock_e_off]="1 / 1" [redis_everysec]="1 / 3" [redis_always]="1 / 3"
     [etcd]="1 / 4"
 )
 for m in $METHODS; do
