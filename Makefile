@@ -25,7 +25,7 @@ REGRESS_NOT_PRELOADED = errors observability
 ifdef PRELOADED
 REGRESS := $(filter-out $(REGRESS_NOT_PRELOADED),$(REGRESS))
 endif
-ISOLATION      = race fence_regrant stale_snapshot rollback self_wait cycle_shapes \
+ISOLATION      = race fence_regrant stale_snapshot rollback self_wait cycle_shapes held_rows \
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
                  same_owner_retry purge_race sets_order \
                  shared_fence semaphore kinds_fifo watch_grants first_permits \

@@ -155,3 +155,46 @@ SHOW synchronous_commit;
 COMMIT PREPARED 'dlock_lazy_2pc';
 SELECT state FROM dlock.leases WHERE name = 'tx:lazy';
 SHOW synchronous_commit;
+
+-- The rows of a name that a transaction holds are read once and kept while
+-- it holds the name (lease_store.c): every later call of the transaction on
+-- the name sees its own latest change, also after a savepoint rolled back
+-- a change, after a refused grant and across names
+BEGIN;
+SELECT token AS held_token FROM dlock.acquire('tx:held', '1h', 'w1') \gset
+SELECT expires_at > now() + interval '10 hours' AS renewed FROM dlock.renew('tx:held', 'w1', '20 hours');
+SELECT dlock.fence('tx:held', :held_token) AS fences_after_renew;
+SELECT count(*) AS refused_other_owner FROM dlock.try_acquire('tx:held', '1h', 'w2');
+SAVEPOINT s;
+SELECT dlock.release('tx:held', 'w1') AS released_in_savepoint;
+SELECT dlock.fence('tx:held', :held_token) AS fences_after_release;
+ROLLBACK TO SAVEPOINT s;
+SELECT dlock.fence('tx:held', :held_token) AS fences_again;
+SELECT token FROM dlock.acquire('tx:held2', '1h', 'w1') \gset held2_
+SELECT dlock.release('tx:held', 'w1') AS released_after_rollback_to;
+SELECT dlock.release('tx:held', 'w1') AS released_twice;
+SELECT dlock.release('tx:held2', 'w1') AS released_other_name;
+SELECT token > :held_token AS regranted FROM dlock.acquire('tx:held', '1h', 'w2');
+COMMIT;
+SELECT owner, state FROM dlock.leases WHERE name IN ('tx:held', 'tx:held2') ORDER BY name;
+-- A grant in a savepoint that rolled back: the name goes back to its
+-- committed row, which the release then finds
+BEGIN;
+SAVEPOINT s;
+SELECT dlock.release('tx:held', 'w2') AS released_in_savepoint;
+SELECT count(*) AS granted_in_savepoint FROM dlock.acquire('tx:held', '1h', 'w3');
+ROLLBACK TO SAVEPOINT s;
+SELECT dlock.release('tx:held', 'w3') AS w3_holds_nothing;
+SELECT dlock.release('tx:held', 'w2') AS w2_released;
+COMMIT;
+SELECT owner, state FROM dlock.leases WHERE name = 'tx:held';
+-- A prepared grant: the rows kept go with the PREPARE (the prepared
+-- transaction holds the name now); the next transaction reads the row
+BEGIN;
+SELECT count(*) AS granted FROM dlock.acquire('tx:held3', '1h', 'w1');
+PREPARE TRANSACTION 'dlock_held_2pc';
+COMMIT PREPARED 'dlock_held_2pc';
+BEGIN;
+SELECT dlock.release('tx:held3', 'w1') AS released_after_commit_prepared;
+SELECT dlock.release('tx:held3', 'w1') AS released_twice;
+COMMIT;

@@ -110,7 +110,8 @@ DlockShmemStartup(void)
  *	   release-only transaction (never for a PREPARE).
  * After the commit record (COMMIT, PREPARE) or the abort (ABORT):
  *	3. fence.c forgets the fence cache (its memory goes with the
- *	   transaction).
+ *	   transaction), and lease_store.c the rows it kept of the name the
+ *	   transaction held (its locks go with the transaction).
  *	4. session.c marks this transaction's session-bound grants committed
  *	   and gives up the session locks of leases it released (COMMIT), or
  *	   drops the grants that rolled back (ABORT).
@@ -147,6 +148,7 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			FenceCacheAtEOXact();
+			LeaseStoreHeldRowsForget(NULL);
 			SessionLeasesAtEOXact(event);
 			QueueWakesAtEOXact(event);
 			WaitersCountAtEOXact();
@@ -167,7 +169,9 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
  * ancestor of every later one, so when subtransaction S aborts, exactly the
  * items tagged S or higher were made in S or in its children: those are
  * dropped.  A committing subtransaction hands its items to its parent, which
- * the same rule already does: nothing to do.
+ * the same rule already does: nothing to do.  The rows that lease_store.c
+ * kept of a name held are forgotten at every rollback: the lock may have
+ * gone with it, and so may the rows' latest versions.
  */
 /*
  * PendingItemsAtSubAbort - the pending items (each starting with a
@@ -204,6 +208,7 @@ DlockSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 	if (event != SUBXACT_EVENT_ABORT_SUB)
 		return;
 	FenceCacheAtSubAbort(mySubid, parentSubid);
+	LeaseStoreHeldRowsForget(NULL);
 	SessionLeasesAtSubAbort(mySubid);
 	QueueWakesAtSubAbort(mySubid);
 	PlaceHeadEnd();

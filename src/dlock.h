@@ -277,6 +277,7 @@ extern bool LeaseStoreFetchToken(LeaseStore *store, const LeaseName *name,
 extern void LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row);
 extern text *LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row);
 extern void LeaseStoreDelete(LeaseStore *store, LeaseRow *row);
+extern void LeaseStoreHeldRowsForget(const LeaseName *name);
 extern Oid	LeaseStoreTokenSequence(void);
 extern Oid	LeaseStoreTokenEpoch(void);
 

@@ -34,6 +34,11 @@
  * Here a page is pruned only when its free space runs low, so one prune
  * clears the versions left by many updates.
  *
+ * The rows of the one name that a transaction holds in
+ * DLOCK_SERIAL_LOCKMODE are kept once read (HeldRows below), so that the
+ * next call of the transaction on that name reads no index (I5 in
+ * docs/internals.md).
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION
@@ -373,6 +378,138 @@ DecodeRow(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
 }
 
 /*
+ * The rows of the one name that this transaction holds in
+ * DLOCK_SERIAL_LOCKMODE, kept from the read made under that lock and
+ * updated as this backend writes them.  That lock keeps every other writer
+ * of the name out (each holds at least DLOCK_ALONGSIDE_LOCKMODE: I2 in
+ * docs/internals.md), so until it is given back the kept rows are the
+ * latest committed ones, and the next read of the name in the transaction
+ * (the release or fence() after a grant in one transaction) need not
+ * descend the index again.  They are kept only in a transaction block
+ * (BEGIN, or statements sent together): a transaction of one statement
+ * seldom reads a name twice.  They are forgotten when the lock may have been
+ * given back (NameLockRelease, the end of a subtransaction that rolled
+ * back: LeaseStoreHeldRowsForget), at the end of the transaction, when a
+ * row of the name is inserted or deleted, and when dlock's relations are
+ * replaced.  Callers get copies: what they change is written through
+ * LeaseStoreWrite.
+ */
+static struct
+{
+	bool		valid;
+	uint64		generation;		/* lease_store_generation when kept */
+	char	   *name;			/* in cxt */
+	int			name_len;
+	LeaseRows	rows;			/* in cxt, strings included */
+	MemoryContext cxt;
+}			HeldRows;
+
+/* CopyRows - a copy of from in cxt, the rows' strings included */
+static void
+CopyRows(const LeaseRows *from, LeaseRows *to, MemoryContext cxt)
+{
+	to->count = from->count;
+	to->space = Max(from->count, 4);
+	to->row = MemoryContextAlloc(cxt, sizeof(LeaseRow) * to->space);
+	for (int i = 0; i < from->count; i++)
+	{
+		to->row[i] = from->row[i];
+		to->row[i].owner = from->row[i].owner == NULL ? NULL :
+			MemoryContextStrdup(cxt, from->row[i].owner);
+		to->row[i].value = from->row[i].value == NULL ? NULL :
+			MemoryContextStrdup(cxt, from->row[i].value);
+	}
+}
+
+/*
+ * HeldRowsOf - the kept rows when they are name's (and the lock is still
+ * held), else NULL
+ */
+static const LeaseRows *
+HeldRowsOf(const LeaseName *name)
+{
+	if (!HeldRows.valid || HeldRows.generation != lease_store_generation ||
+		HeldRows.name_len != name->len ||
+		memcmp(HeldRows.name, name->data, name->len) != 0)
+		return NULL;
+	/* Forgotten whenever the lock may be given back; checked all the same */
+	if (!NameLockHeld(name, DLOCK_SERIAL_LOCKMODE))
+	{
+		LeaseStoreHeldRowsForget(NULL);
+		return NULL;
+	}
+	return &HeldRows.rows;
+}
+
+/* KeepHeldRows - rows were read under name's DLOCK_SERIAL_LOCKMODE: keep them */
+static void
+KeepHeldRows(const LeaseName *name, const LeaseRows *rows)
+{
+	if (HeldRows.cxt == NULL)
+		HeldRows.cxt = AllocSetContextCreate(TopMemoryContext,
+											 "dlock held rows",
+											 ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(HeldRows.cxt);
+	HeldRows.name = MemoryContextAlloc(HeldRows.cxt, name->len);
+	memcpy(HeldRows.name, name->data, name->len);
+	HeldRows.name_len = name->len;
+	CopyRows(rows, &HeldRows.rows, HeldRows.cxt);
+	HeldRows.generation = lease_store_generation;
+	HeldRows.valid = true;
+}
+
+/*
+ * LeaseStoreHeldRowsForget - forget the kept rows: the transaction or a
+ * subtransaction ended (dispatcher, dlock.c), or the name's
+ * DLOCK_SERIAL_LOCKMODE lock was given back (name_lock.c: NULL for any
+ * name)
+ */
+void
+LeaseStoreHeldRowsForget(const LeaseName *name)
+{
+	if (!HeldRows.valid)
+		return;
+	if (name != NULL &&
+		(HeldRows.name_len != name->len ||
+		 memcmp(HeldRows.name, name->data, name->len) != 0 ||
+		 NameLockHeld(name, DLOCK_SERIAL_LOCKMODE)))
+		return;
+	HeldRows.valid = false;
+	MemoryContextReset(HeldRows.cxt);
+}
+
+/*
+ * HeldRowsWritten - this backend wrote row of name: the kept rows follow
+ * an update; an insert makes them forgotten (rare: a slot's first grant)
+ */
+static void
+HeldRowsWritten(const LeaseName *name, const LeaseRow *row, bool inserted)
+{
+	LeaseRows  *rows = (LeaseRows *) HeldRowsOf(name);
+
+	if (rows == NULL)
+		return;
+	if (inserted)
+	{
+		LeaseStoreHeldRowsForget(NULL);
+		return;
+	}
+	for (int i = 0; i < rows->count; i++)
+	{
+		if (rows->row[i].slot == row->slot)
+		{
+			LeaseRows	one = {1, 1, (LeaseRow *) row};
+			LeaseRows	copy;
+
+			CopyRows(&one, &copy, HeldRows.cxt);
+			rows->row[i] = copy.row[0];
+			return;
+		}
+	}
+	LeaseStoreHeldRowsForget(NULL);
+}
+
+/*
  * FetchFromChain - the version of the HOT chain at *tid visible to
  * snapshot, decoded into *row; false when there is none, with *all_dead
  * telling whether the whole chain is dead to everyone
@@ -471,7 +608,17 @@ CollectRow(LeaseRow *row, void *arg)
 void
 LeaseStoreFetchAll(LeaseStore *store, const LeaseName *name, LeaseRows *rows)
 {
+	const LeaseRows *held = HeldRowsOf(name);
+
+	if (held != NULL)
+	{
+		CopyRows(held, rows, CurrentMemoryContext);
+		return;
+	}
 	LeaseStoreFetchAllAsOf(store, name, SnapshotSelf, rows);
+	/* Worth keeping only when more statements may follow in the transaction */
+	if (IsTransactionBlock() && NameLockHeld(name, DLOCK_SERIAL_LOCKMODE))
+		KeepHeldRows(name, rows);
 }
 
 /*
@@ -517,8 +664,21 @@ LeaseStoreFetchToken(LeaseStore *store, const LeaseName *name, int64 token,
 					 LeaseRow *row)
 {
 	TokenSearch search = {token, false, row};
+	const LeaseRows *held = HeldRowsOf(name);
 
 	memset(row, 0, sizeof(LeaseRow));
+	if (held != NULL)
+	{
+		LeaseRows	rows;
+
+		CopyRows(held, &rows, CurrentMemoryContext);
+		for (int i = 0; i < rows.count; i++)
+		{
+			if (!MatchToken(&rows.row[i], &search))
+				break;
+		}
+		return search.found;
+	}
 	ScanName(store, name, SnapshotSelf, MatchToken, &search);
 	return search.found;
 }
@@ -611,6 +771,7 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	bool		nulls[Natts_lease];
 	HeapTuple	tuple;
 	Interval   *lock_delay;
+	bool		inserted;
 	text	   *name_text = cstring_to_text_with_len(name->data, name->len);
 
 	memset(nulls, false, sizeof(nulls));
@@ -662,6 +823,7 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 
 	tuple = heap_form_tuple(RelationGetDescr(store->heap), values, nulls);
 
+	inserted = !row->found;
 	if (row->found)
 	{
 		if (dlock_simple_heap_update(store->heap, &row->tid, tuple))
@@ -678,6 +840,7 @@ LeaseStoreWrite(LeaseStore *store, const LeaseName *name, LeaseRow *row)
 	row->found = true;
 	row->tid = tuple->t_self;
 	heap_freetuple(tuple);
+	HeldRowsWritten(name, row, inserted);
 
 	/* Later reads and updates in this transaction must see this version */
 	CommandCounterIncrement();
@@ -718,6 +881,7 @@ LeaseStoreDelete(LeaseStore *store, LeaseRow *row)
 	Assert(row->found);
 	simple_heap_delete(store->heap, &row->tid);
 	row->found = false;
+	LeaseStoreHeldRowsForget(NULL);
 
 	/* Later reads in this transaction must not see the row any more */
 	CommandCounterIncrement();

@@ -196,6 +196,8 @@ NameLockRelease(const LeaseName *name, LOCKMODE mode)
 
 	SetNameLockTag(&tag, name);
 	LockRelease(&tag, mode, false);
+	if (mode == DLOCK_SERIAL_LOCKMODE)
+		LeaseStoreHeldRowsForget(name);
 }
 
 /*

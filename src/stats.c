@@ -317,16 +317,28 @@ StatsEvict(Oid dbid)
 
 	v = palloc(hash_get_num_entries(StatsHash) * sizeof(StatsVictim));
 	hash_seq_init(&seq, StatsHash);
+	db = NULL;
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
-		bool		found;
-
 		/* Exclusive lock: no one counts meanwhile, the spinlock is not needed */
 		entry->usage *= STATS_USAGE_DECAY;
 		v[n].usage = entry->usage;
 		v[n++].entry = entry;
-		db = hash_search(dbs, &entry->key.dbid, HASH_ENTER, &found);
-		db->entries = found ? db->entries + 1 : 1;
+
+		/*
+		 * Most entries are of the database the previous one was of (often
+		 * there is one): look the count up only when the database changes
+		 * (dynahash entries do not move)
+		 */
+		if (db == NULL || db->dbid != entry->key.dbid)
+		{
+			bool		found;
+
+			db = hash_search(dbs, &entry->key.dbid, HASH_ENTER, &found);
+			if (!found)
+				db->entries = 0;
+		}
+		db->entries++;
 	}
 
 	/* The share of each database, the one making the entry included */
@@ -340,6 +352,7 @@ StatsEvict(Oid dbid)
 	 * has some database over its share, or the sum would be short of full;
 	 * the loop below still falls back to every entry rather than rely on it.
 	 */
+	db = NULL;
 	for (int i = 0; i < n; i++)
 	{
 		Oid			owner = v[i].entry->key.dbid;
@@ -349,7 +362,8 @@ StatsEvict(Oid dbid)
 			candidate = (owner == dbid);
 		else
 		{
-			db = hash_search(dbs, &owner, HASH_FIND, NULL);
+			if (db == NULL || db->dbid != owner)
+				db = hash_search(dbs, &owner, HASH_FIND, NULL);
 			candidate = (db->entries > share);
 		}
 		if (candidate)
