@@ -9,7 +9,8 @@
 # scripts are those of bench/compare.sh: the floor of two one-row UPDATE
 # commits and dlock's try_acquire + release (in the FROM form and a scalar
 # form), and the guarded-write cycle (three commits, the floor's and
-# dlock's).  fsync = off and dlock preloaded, as in the CPU-alone table of
+# dlock's; and dlock's in one transaction, the shapes (d) and (e) of
+# bench/invoice.sh).  fsync = off and dlock preloaded, as in the CPU-alone table of
 # bench/compare.sh.  Instructions are not time: a cycle that waits for memory
 # or the kernel more than another costs more time for its instructions; see
 # docs/performance.md.
@@ -122,4 +123,6 @@ table "guarded write, random names out of $GUARDED_NAMES" "floor: 3 x one-row UP
     "$GUARDED_NAMES" \
     "PL/pgSQL lease + UPDATE checking its token" guarded_plpgsql.sql on "" \
     "dlock + fenced UPDATE, durable_grants = on" guarded_dlock.sql on "" \
-    "dlock + fenced UPDATE, durable_grants = off" guarded_dlock_lazy.sql off "-c dlock.durable_grants=off"
+    "dlock + fenced UPDATE, durable_grants = off" guarded_dlock_lazy.sql off "-c dlock.durable_grants=off" \
+    "dlock, one transaction: acquire + fenced UPDATE + release" guarded_dlock_one_txn.sql on "" \
+    "dlock, one round trip: acquire + UPDATE + release" guarded_dlock_one_rt.sql on ""

@@ -177,6 +177,45 @@ for label, mod, connect, close in DRIVERS:
         recipes(label, mod, connect, close, via, url)
 
 
+def one_round_trip(via, url):
+    """psycopg 3's run_job_in_one_round_trip: one transaction, or nothing"""
+    tag = f"psycopg 3 {via}"
+    conn = psycopg3_worker.connect(url)
+    try:
+        job_id = f"one-rt-{via.replace(' ', '-')}"
+        name = f"job:{job_id}"
+        new_job(job_id)
+        token = psycopg3_worker.run_job_in_one_round_trip(conn, job_id, "worker-1")
+        check(job(job_id) == (None, 1) and lease(name) == ("worker-1", token, "released"),
+              f"{tag}: run_job_in_one_round_trip writes once and leaves the lease released",
+              (job(job_id), lease(name)))
+        # one transaction: the job's row and the lease's row carry its xid
+        xids = one("SELECT (SELECT xmin::text FROM jobs WHERE id = %s),"
+                   " (SELECT xmin::text FROM dlock.lease_state WHERE name = %s)",
+                   job_id, name)
+        check(xids[0] == xids[1], f"{tag}: the grant, the write and the release commit together",
+              xids)
+        # a busy name: 55P03 after the wait, and nothing written
+        other = hold(name, "other", 10)
+        try:
+            psycopg3_worker.run_job_in_one_round_trip(
+                conn, job_id, "worker-1", wait=timedelta(milliseconds=200))
+            outcome = None
+        except psycopg.errors.LockNotAvailable as exc:
+            outcome = exc
+        check(outcome is not None and job(job_id) == (None, 1)
+              and lease(name) == ("other", other, "live"),
+              f"{tag}: a busy name raises 55P03, writes nothing and leaves the holder's lease",
+              (outcome, job(job_id), lease(name)))
+        free(name)
+    finally:
+        conn.close()
+
+
+for via, url in (("direct", DIRECT), ("through pgbouncer", BOUNCER)):
+    one_round_trip(via, url)
+
+
 #
 # Trap: a wait bounded on the client only (asyncio.wait_for) leaves acquire()
 # waiting on the server, which grants the lease after the client gave up
