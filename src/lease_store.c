@@ -449,6 +449,7 @@ KeepHeldRows(const LeaseName *name, const LeaseRows *rows)
 		HeldRows.cxt = AllocSetContextCreate(TopMemoryContext,
 											 "dlock held rows",
 											 ALLOCSET_SMALL_SIZES);
+	HeldRows.valid = false;		/* until the copy is whole */
 	MemoryContextReset(HeldRows.cxt);
 	HeldRows.name = MemoryContextAlloc(HeldRows.cxt, name->len);
 	memcpy(HeldRows.name, name->data, name->len);
