@@ -198,3 +198,21 @@ BEGIN;
 SELECT dlock.release('tx:held3', 'w1') AS released_after_commit_prepared;
 SELECT dlock.release('tx:held3', 'w1') AS released_twice;
 COMMIT;
+-- A set in one transaction: the rows kept are the last name's; the fence
+-- and release_all of both names see the grant
+BEGIN;
+SELECT min(token) AS set_token FROM dlock.acquire_all(ARRAY['tx:set1', 'tx:set2'], '1h', 'w1') \gset
+SELECT dlock.fence('tx:set1', :set_token) AND dlock.fence('tx:set2', :set_token) AS both_fence;
+SELECT dlock.release_all(ARRAY['tx:set1', 'tx:set2'], 'w1') AS released;
+SELECT dlock.fence('tx:set1', :set_token) OR dlock.fence('tx:set2', :set_token) AS either_fences;
+COMMIT;
+SELECT name, state FROM dlock.leases WHERE name IN ('tx:set1', 'tx:set2') ORDER BY name;
+-- Many renewals of one name in one transaction
+BEGIN;
+SELECT count(*) AS granted FROM dlock.acquire('tx:renewals', '1h', 'w1');
+SELECT count(*) AS renewed FROM generate_series(1, 200) i,
+       LATERAL dlock.renew('tx:renewals', 'w1', (i || ' s')::interval);
+SELECT expires_at >= now() + interval '200 s' AS last_renewal_counts
+  FROM dlock.leases WHERE name = 'tx:renewals';
+SELECT dlock.release('tx:renewals', 'w1') AS released;
+COMMIT;

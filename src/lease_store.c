@@ -499,11 +499,18 @@ HeldRowsWritten(const LeaseName *name, const LeaseRow *row, bool inserted)
 	{
 		if (rows->row[i].slot == row->slot)
 		{
-			LeaseRows	one = {1, 1, (LeaseRow *) row};
-			LeaseRows	copy;
+			LeaseRow	old = rows->row[i];
 
-			CopyRows(&one, &copy, HeldRows.cxt);
-			rows->row[i] = copy.row[0];
+			/* The old strings are freed: a loop of renewals keeps one copy */
+			rows->row[i] = *row;
+			rows->row[i].owner = row->owner == NULL ? NULL :
+				MemoryContextStrdup(HeldRows.cxt, row->owner);
+			rows->row[i].value = row->value == NULL ? NULL :
+				MemoryContextStrdup(HeldRows.cxt, row->value);
+			if (old.owner != NULL)
+				pfree(old.owner);
+			if (old.value != NULL)
+				pfree(old.value);
 			return;
 		}
 	}
