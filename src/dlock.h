@@ -58,8 +58,9 @@ typedef enum DlockLockSpace
 	DLOCK_SPACE_CLAIM = 17489,	/* key: name hash mixed with a slot or an
 								 * owner: who writes a slot > 0, or grants
 								 * alongside for an owner */
-	DLOCK_SPACE_EPOCH = 17490	/* key 0: moves the token counter to a new
-								 * epoch (token.c) */
+	DLOCK_SPACE_EPOCH = 17490	/* key 0: moves the token counter up to the
+								 * clock at an incarnation's first grant
+								 * (token.c) */
 } DlockLockSpace;
 
 /*
@@ -279,7 +280,7 @@ extern text *LeaseStoreDecode(LeaseStore *store, HeapTuple tuple, LeaseRow *row)
 extern void LeaseStoreDelete(LeaseStore *store, LeaseRow *row);
 extern void LeaseStoreHeldRowsForget(const LeaseName *name);
 extern Oid	LeaseStoreTokenSequence(void);
-extern Oid	LeaseStoreTokenEpoch(void);
+extern Oid	LeaseStoreTokenIncarnation(void);
 
 /* token.c */
 extern int64 TokenNext(void);

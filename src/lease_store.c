@@ -84,7 +84,7 @@
 #define LEASE_TABLE			"lease_state"
 #define LEASE_INDEX			"lease_state_pkey"
 #define TOKEN_SEQUENCE		"token_seq"
-#define TOKEN_EPOCH_TABLE	"token_epoch"
+#define TOKEN_INCARNATION	"token_incarnation"
 
 /* Columns of dlock.lease_state, in the order dlock--1.0.sql creates them */
 #define Anum_lease_name			1
@@ -122,8 +122,8 @@
 static Oid	lease_table_oid = InvalidOid;
 static Oid	lease_index_oid = InvalidOid;
 static Oid	token_seq_oid = InvalidOid;
-static Oid	token_epoch_oid = InvalidOid;
-static bool token_epoch_looked_up = false;	/* InvalidOid: before 1.2 */
+static Oid	token_incarnation_oid = InvalidOid;
+static bool token_incarnation_looked_up = false;	/* InvalidOid: before 1.3 */
 
 /* Counts the invalidations above: answers derived from the store expire */
 static uint64 lease_store_generation = 0;
@@ -133,13 +133,13 @@ ForgetDlockRelations(Datum arg pg_attribute_unused(), Oid relid)
 {
 	if (!OidIsValid(relid) || relid == lease_table_oid ||
 		relid == lease_index_oid || relid == token_seq_oid ||
-		relid == token_epoch_oid)
+		relid == token_incarnation_oid)
 	{
 		lease_table_oid = InvalidOid;
 		lease_index_oid = InvalidOid;
 		token_seq_oid = InvalidOid;
-		token_epoch_oid = InvalidOid;
-		token_epoch_looked_up = false;
+		token_incarnation_oid = InvalidOid;
+		token_incarnation_looked_up = false;
 		lease_store_generation++;
 	}
 }
@@ -274,24 +274,25 @@ LeaseStoreTokenSequence(void)
 }
 
 /*
- * LeaseStoreTokenEpoch - dlock.token_epoch (token.c), or InvalidOid while
- * the extension's objects are those of a version before 1.2, which has no
- * such table (ALTER EXTENSION dlock UPDATE has not run yet)
+ * LeaseStoreTokenIncarnation - dlock.token_incarnation, the marker of the
+ * incarnation that last moved the token counter (token.c), or InvalidOid
+ * while the extension's objects are those of a version before 1.3, which
+ * has no such sequence (ALTER EXTENSION dlock UPDATE has not run yet)
  */
 Oid
-LeaseStoreTokenEpoch(void)
+LeaseStoreTokenIncarnation(void)
 {
-	if (!token_epoch_looked_up)
+	if (!token_incarnation_looked_up)
 	{
 		Oid			extoid = get_extension_oid(DLOCK_EXTENSION, true);
 
-		token_epoch_oid = InvalidOid;
+		token_incarnation_oid = InvalidOid;
 		if (OidIsValid(extoid) &&
-			OidIsValid(get_relname_relid(TOKEN_EPOCH_TABLE, ExtensionSchema(extoid))))
-			token_epoch_oid = LookupDlockRelation(TOKEN_EPOCH_TABLE, InvalidOid);
-		token_epoch_looked_up = true;
+			OidIsValid(get_relname_relid(TOKEN_INCARNATION, ExtensionSchema(extoid))))
+			token_incarnation_oid = LookupDlockRelation(TOKEN_INCARNATION, InvalidOid);
+		token_incarnation_looked_up = true;
 	}
-	return token_epoch_oid;
+	return token_incarnation_oid;
 }
 
 /*

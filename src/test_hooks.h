@@ -23,6 +23,9 @@
  *	set_read, set_pin					the *_all functions
  *	purge_read, purge_pin				dlock.purge(), holding the name's lock
  *	watch_read							dlock.watch()
+ *	token_move							the first grant of an incarnation,
+ *										between reading the token counter
+ *										and moving it up to the clock
  *
  * Copyright (c) 2026, dlock developers
  *

@@ -2,7 +2,7 @@
  *
  * token.c
  *	  Issuing fencing tokens: the counter, its log-ahead flush, and the
- *	  epochs that keep tokens growing across every failover.
+ *	  clock that every new incarnation of the database moves it up to.
  *
  * A token is the next value of dlock.token_seq, the one counter of the
  * database.  Two things could make a value come again:
@@ -12,41 +12,50 @@
  *	  following values without writing WAL; recovery restores the sequence
  *	  as that record left it.  So the record is flushed before a value is
  *	  handed out (FlushSequenceLogAhead).
- *	- A timeline that is abandoned.  A standby that is promoted (or a
- *	  point-in-time recovery, or a restore of a dump into another cluster)
- *	  carries on from its own copy of the counter, which lacks whatever the
- *	  old primary issued after the copy: an asynchronous standby that fell
- *	  behind, a synchronous one with dlock.durable_grants off, a recovery
- *	  target before some grants.  The old primary's holders keep those
- *	  tokens, and the new primary would issue the same values again.
+ *	- A copy of the counter that lacks later values.  A standby that is
+ *	  promoted (an asynchronous one that fell behind, a synchronous one with
+ *	  dlock.durable_grants off, or a sibling of a standby promoted before it
+ *	  that never streamed from it), the end of a point-in-time recovery, a
+ *	  base backup started as it is, a dump restored into this cluster or
+ *	  another: each carries on from its own copy of the counter, while the
+ *	  holders of values issued after the copy keep them.
  *
- * Epochs.  The high bits of a token, from bit TOKEN_EPOCH_SHIFT up, are its
- * epoch: the timeline it was issued on (the WAL insertion timeline) less
- * one, plus the cluster's epoch base (0 in a cluster that never was
- * restored from another, so that timeline 1 issues 1, 2, 3, ...).  A timeline is never reused: a promotion and the
- * end of a point-in-time recovery both switch to a timeline larger than any
- * in the history.  The first token of a timeline moves the counter up to
- * the start of its epoch (TokenEpochAdvance), so every token issued on a
- * timeline is larger than every token issued on every earlier one, lost or
- * not, as long as a timeline issues fewer than 2^TOKEN_EPOCH_SHIFT tokens.
- * A restore into another cluster starts again at timeline 1; so does a
- * cluster made by pg_upgrade.  dlock.token_epoch remembers the system
- * identifier of the cluster whose base it holds: in a cluster with another
- * identifier, the first token sets the base to one more than the
- * counter's epoch then, so that the restored cluster's epochs are above
- * every dumped token.  A
- * standby that lost that row on promotion computes a base from its own
- * copy of the counter, which is at least the one the row was computed
- * from, on a larger timeline, so its epochs are larger still.
+ * The clock.  Tokens follow the server's clock, counted in ticks of 2^-22
+ * seconds since 2026-01-01 00:00 UTC (TOKEN_TICKS_PER_SECOND): the first
+ * grant of every incarnation of the database moves the counter up to the
+ * clock's tick then, if it is below.  From there the counter moves by one
+ * per token, far slower than the clock (2^22 ticks a second; no server
+ * grants millions of leases a second), so every token that a server issues
+ * is below its clock's tick at that moment, and a counter moved up to a
+ * later clock reading is above every token issued before that reading,
+ * on any server whose clock agreed (I1 in docs/internals.md states the
+ * assumption and what holds without it).  The counter is only ever moved
+ * up: a copy that is ahead of the clock carries on from its own value.
  *
- * The budget: TOKEN_EPOCH_SHIFT = 40 gives each timeline 2^40 tokens (35
- * years at a thousand grants a second) and keeps a token below 2^53, which
- * JavaScript clients parse exactly, for the first 2^13 - 1 epochs (timelines
- * plus restores).  Past half a timeline's range, and past 2^53, a warning
- * says so once per backend.  A token issued before the epochs existed (by
- * version 1.1) is below every epoch's range and still fences while its lease
- * lives.  Before ALTER EXTENSION dlock UPDATE has created dlock.token_epoch,
- * tokens come from the counter alone, as in 1.1.
+ * Incarnations.  An incarnation is the life of one copy of the counter
+ * on one running server, with one history: it is named by the cluster's
+ * system identifier, the timeline WAL is written on, the postmaster's start
+ * time, the database and the counter's relation.  A promotion or the end
+ * of a point-in-time recovery changes the timeline; a base backup started
+ * as it is, or any restart, the start time; a restore, the database and
+ * relation OIDs; pg_upgrade, the system identifier.  Two siblings promoted
+ * one after the other pick the same timeline number without an archive,
+ * but their start times differ, and each moves to its own clock.
+ *
+ * The marker.  dlock.token_incarnation holds a hash of the incarnation
+ * that last moved the counter.  It is a sequence, not a table, so that it
+ * is written outside the granting transaction: a grant rolled back, or
+ * left prepared, neither undoes the move nor keeps anyone waiting for it.
+ * The move and the marker's write are made under the incarnation lock,
+ * held only for the move itself; a backend takes values from the counter
+ * only after it has seen the marker name its incarnation, which happens
+ * only once the counter is at or above the move, so no nextval() runs
+ * between the counter's read and its set.  Moves are WAL-logged before the
+ * marker, and flushed with the counter before a token is handed out.
+ *
+ * A catalog from before version 1.3 (ALTER EXTENSION dlock UPDATE has not
+ * run yet) has no marker: tokens then come from the counter alone, with
+ * its log-ahead flush, as in version 1.1.
  *
  * Invariants: I1 in docs/internals.md.
  *
@@ -59,40 +68,68 @@
  */
 #include "postgres.h"
 
-#include "access/heapam.h"
 #include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/xlog.h"
 #include "commands/sequence.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/rel.h"
-#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "dlock.h"
 #include "dlock_compat.h"
+#include "test_hooks.h"
 
-/* A token's epoch is its value shifted right by this */
-#define TOKEN_EPOCH_SHIFT	40
+/* Clock ticks per second: tokens are counted in these */
+#define TOKEN_TICK_BITS			22
+#define TOKEN_TICKS_PER_SECOND	(INT64CONST(1) << TOKEN_TICK_BITS)
+
+/* 2026-01-01 00:00:00 UTC, in seconds since PostgreSQL's epoch (2000-01-01) */
+#define TOKEN_CLOCK_ORIGIN_SECONDS	INT64CONST(820540800)
 
 /* The largest token that JavaScript's numbers hold exactly */
 #define TOKEN_EXACT_IN_DOUBLE	((INT64CONST(1) << 53) - 1)
 
-/* The columns of dlock.token_epoch */
-#define Natts_token_epoch				2
-#define Anum_token_epoch_system_id		1
-#define Anum_token_epoch_base			2
+/* A counter this far ahead of the clock is worth a warning: one hour */
+#define TOKEN_AHEAD_WARNING		(INT64CONST(3600) * TOKEN_TICKS_PER_SECOND)
 
-/* The epoch base of this cluster, once read (committed) from the table */
-static bool epoch_base_known = false;
-static int64 epoch_base = 0;
-static uint64 epoch_base_generation = 0;
+/*
+ * What names an incarnation of the database (see the banner); its hash is
+ * what dlock.token_incarnation holds
+ */
+typedef struct TokenIncarnation
+{
+	uint64		system_identifier;
+	TimestampTz postmaster_start;
+	Oid			database;
+	Oid			counter;
+	TimeLineID	timeline;
+} TokenIncarnation;
+
+/* The incarnation this backend has seen the marker name, if any */
+static bool incarnation_seen = false;
+static TokenIncarnation seen_incarnation;
+static uint64 seen_generation = 0;
 
 static bool budget_warned = false;
+
+/*
+ * TokenClockTicks - a timestamp in token ticks since the origin (0 before it)
+ */
+static int64
+TokenClockTicks(TimestampTz ts)
+{
+	int64		since = ts - TOKEN_CLOCK_ORIGIN_SECONDS * USECS_PER_SEC;
+
+	if (since <= 0)
+		return 0;
+	return ((since / USECS_PER_SEC) << TOKEN_TICK_BITS) +
+		((since % USECS_PER_SEC) << TOKEN_TICK_BITS) / USECS_PER_SEC;
+}
 
 /*
  * FlushSequenceLogAhead - flush the WAL up to the last change of seqrelid's
@@ -127,15 +164,17 @@ FlushSequenceLogAhead(Oid seqrelid)
 }
 
 /*
- * SequenceLastValue - the counter's last value, as nextval() left it
+ * SequenceLastValue - a sequence's last value as nextval() or setval() left
+ * it; *is_called says whether that value was handed out (or set so)
  */
 static int64
-SequenceLastValue(Oid seqrelid)
+SequenceLastValue(Oid seqrelid, bool *is_called)
 {
 	Relation	seqrel;
 	Buffer		buf;
 	Page		page;
 	HeapTupleData tuple;
+	Form_pg_sequence_data seq;
 	int64		last;
 
 	seqrel = relation_open(seqrelid, AccessShareLock);
@@ -144,16 +183,18 @@ SequenceLastValue(Oid seqrelid)
 	page = BufferGetPage(buf);
 	tuple.t_data = (HeapTupleHeader) PageGetItem(page,
 												 PageGetItemId(page, FirstOffsetNumber));
-	last = ((Form_pg_sequence_data) GETSTRUCT(&tuple))->last_value;
+	seq = (Form_pg_sequence_data) GETSTRUCT(&tuple);
+	last = seq->last_value;
+	*is_called = seq->is_called;
 	UnlockReleaseBuffer(buf);
 	relation_close(seqrel, NoLock);
 	return last;
 }
 
 /*
- * SequenceSet - make the counter's next value value + 1, as
- * the sequence's owner (callers of dlock's functions have no privilege on
- * it; setval() checks one)
+ * SequenceSet - make a sequence's last value value (handed out), as the
+ * sequence's owner (callers of dlock's functions have no privilege on it;
+ * setval() checks one)
  */
 static void
 SequenceSet(Oid seqrelid, int64 value)
@@ -175,148 +216,98 @@ SequenceSet(Oid seqrelid, int64 value)
 }
 
 /*
- * EpochLock - serializes the moves of the counter to a new epoch and the
- * writes of dlock.token_epoch, in the database
+ * CurrentIncarnation - what names this incarnation of the database
  */
 static void
-EpochLockTag(LOCKTAG *tag)
+CurrentIncarnation(TokenIncarnation *inc, Oid seqrelid)
 {
-	DlockLockTag(tag, DLOCK_SPACE_EPOCH, 0);
+	memset(inc, 0, sizeof(*inc));
+	inc->system_identifier = GetSystemIdentifier();
+	inc->postmaster_start = PgStartTime;
+	inc->database = MyDatabaseId;
+	inc->counter = seqrelid;
+	inc->timeline = dlock_insert_timeline();
 }
 
 /*
- * ReadEpochRow - the base in dlock.token_epoch, if its row is this
- * cluster's (its latest committed state, or this transaction's own write);
- * *other says whether it holds another cluster's row instead
+ * IncarnationMark - the value dlock.token_incarnation holds once inc has
+ * moved the counter: a hash, within the sequence's range (1 and up)
+ */
+static int64
+IncarnationMark(const TokenIncarnation *inc)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) inc, sizeof(*inc), 0);
+
+	return (int64) (h & ~(UINT64CONST(1) << 63)) | 1;
+}
+
+/*
+ * MarkerNames - dlock.token_incarnation names inc
  */
 static bool
-ReadEpochRow(Oid epochrelid, int64 *base, bool *other)
+MarkerNames(Oid markerrelid, const TokenIncarnation *inc)
 {
-	Relation	rel = table_open(epochrelid, AccessShareLock);
-	TableScanDesc scan = table_beginscan(rel, SnapshotSelf, 0, NULL);
-	HeapTuple	tuple;
-	bool		found = false;
+	bool		is_called;
+	int64		mark = SequenceLastValue(markerrelid, &is_called);
 
-	*other = false;
-	if (RelationGetDescr(rel)->natts != Natts_token_epoch)
-		elog(ERROR, "relation \"dlock.token_epoch\" does not have the expected shape");
-	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
-	{
-		Datum		values[Natts_token_epoch];
-		bool		isnull[Natts_token_epoch];
-
-		heap_deform_tuple(tuple, RelationGetDescr(rel), values, isnull);
-		if (isnull[Anum_token_epoch_system_id - 1] || isnull[Anum_token_epoch_base - 1])
-			continue;
-		if ((uint64) DatumGetInt64(values[Anum_token_epoch_system_id - 1]) ==
-			GetSystemIdentifier())
-		{
-			*base = DatumGetInt64(values[Anum_token_epoch_base - 1]);
-			found = true;
-		}
-		else
-			*other = true;
-	}
-	table_endscan(scan);
-	table_close(rel, NoLock);
-	return found;
+	return is_called && mark == IncarnationMark(inc);
 }
 
 /*
- * WriteEpochRow - make dlock.token_epoch hold this cluster's base, and only
- * that; the caller holds the epoch lock until the end of its transaction
+ * IncarnationMove - the first grant of an incarnation: move the counter up
+ * to the clock, once, and mark it moved
+ *
+ * The incarnation lock serializes the moves.  It is held for the move
+ * alone, never to the end of the transaction: whoever waits for it waits
+ * for a few buffer writes, and its holder waits for no lock a grant holds
+ * (it takes only the two sequences' relation locks, which only DDL
+ * conflicts with).  Under it the marker is read again: another backend may
+ * have moved the counter for this incarnation meanwhile.
  */
 static void
-WriteEpochRow(Oid epochrelid, int64 base)
-{
-	Relation	rel = table_open(epochrelid, RowExclusiveLock);
-	TableScanDesc scan = table_beginscan(rel, SnapshotSelf, 0, NULL);
-	HeapTuple	tuple;
-	Datum		values[Natts_token_epoch];
-	bool		nulls[Natts_token_epoch] = {false, false};
-
-	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
-		simple_heap_delete(rel, &tuple->t_self);
-	table_endscan(scan);
-
-	values[Anum_token_epoch_system_id - 1] = Int64GetDatum((int64) GetSystemIdentifier());
-	values[Anum_token_epoch_base - 1] = Int64GetDatum(base);
-	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-	simple_heap_insert(rel, tuple);
-	table_close(rel, NoLock);
-	CommandCounterIncrement();
-}
-
-/*
- * EpochBase - this cluster's epoch base, or -1 before version 1.2's table
- * exists
- *
- * A base read as committed is remembered for the backend (it changes only
- * in another cluster).  Without a row of this cluster, the base is set,
- * under the epoch lock, and written: the counter's epoch now, so that
- * timeline 1 of a new cluster keeps the counter's values (epoch 0); or, in
- * place of another cluster's row (a restore, pg_upgrade), one more than
- * that, so that the first epoch of this cluster is above every token of
- * the other.  The lock is then kept until the end of the transaction, so
- * that no other transaction writes a base meanwhile, and the base is not
- * remembered before it is committed.
- */
-static int64
-EpochBase(Oid seqrelid)
-{
-	Oid			epochrelid = LeaseStoreTokenEpoch();
-	LOCKTAG		tag;
-	int64		base;
-	bool		other;
-
-	if (!OidIsValid(epochrelid))
-		return -1;
-	if (epoch_base_known && epoch_base_generation == LeaseStoreGeneration())
-		return epoch_base;
-
-	EpochLockTag(&tag);
-	if (ReadEpochRow(epochrelid, &base, &other) &&
-		!dlock_lock_held_by_me(&tag, ExclusiveLock))
-	{
-		epoch_base = base;
-		epoch_base_known = true;
-		epoch_base_generation = LeaseStoreGeneration();
-		return base;
-	}
-
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	if (!ReadEpochRow(epochrelid, &base, &other))
-	{
-		base = (SequenceLastValue(seqrelid) >> TOKEN_EPOCH_SHIFT) + (other ? 1 : 0);
-		WriteEpochRow(epochrelid, base);
-	}
-	return base;
-}
-
-/*
- * TokenEpochAdvance - move the counter up to floor, the start of this
- * timeline's epoch, and take a token from there
- *
- * Every backend whose nextval() gave a value below floor comes here, so the
- * moves are serialized by the epoch lock, and the counter is set only while
- * it is still below floor: it never goes down.  A value that another
- * backend's nextval() handed out between the look and the set would have
- * to be above floor, which the counter reaches only after a timeline's
- * 2^TOKEN_EPOCH_SHIFT tokens.
- */
-static int64
-TokenEpochAdvance(Oid seqrelid, int64 floor)
+IncarnationMove(Oid seqrelid, Oid markerrelid, const TokenIncarnation *inc)
 {
 	LOCKTAG		tag;
-	int64		token;
 
-	EpochLockTag(&tag);
+	DlockLockTag(&tag, DLOCK_SPACE_EPOCH, 0);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	if (SequenceLastValue(seqrelid) < floor)
-		SequenceSet(seqrelid, floor);
-	token = nextval_internal(seqrelid, false);
+	if (!MarkerNames(markerrelid, inc))
+	{
+		bool		is_called;
+		int64		counter = SequenceLastValue(seqrelid, &is_called);
+		int64		clock = TokenClockTicks(GetCurrentTimestamp());
+
+		DLOCK_PAUSE("token_move");
+		if (counter < clock)
+			SequenceSet(seqrelid, clock);
+		SequenceSet(markerrelid, IncarnationMark(inc));
+	}
 	LockRelease(&tag, ExclusiveLock, false);
-	return token;
+}
+
+/*
+ * TokenBudgetCheck - warn, once per backend, of a token that JavaScript's
+ * numbers no longer hold exactly, or of a counter far ahead of the clock
+ * (a clock set back, or a counter set by hand): the order of tokens across
+ * incarnations then rests on the counter's copies alone (I1)
+ */
+static void
+TokenBudgetCheck(int64 token)
+{
+	int64		clock;
+
+	if (budget_warned)
+		return;
+	clock = TokenClockTicks(GetCurrentTimestamp());
+	if (token > TOKEN_EXACT_IN_DOUBLE || token > clock + TOKEN_AHEAD_WARNING)
+	{
+		budget_warned = true;
+		ereport(WARNING,
+				(errmsg("dlock token " INT64_FORMAT " is ahead of the server's clock or past 2^53", token),
+				 errdetail("Tokens follow the clock at 2^%d a second since 2026-01-01; the clock now is at " INT64_FORMAT ".",
+						   TOKEN_TICK_BITS, clock),
+				 errhint("See docs/internals.md, I1, for the token budget.")));
+	}
 }
 
 /*
@@ -326,28 +317,26 @@ int64
 TokenNext(void)
 {
 	Oid			seqrelid = LeaseStoreTokenSequence();
-	int64		token = nextval_internal(seqrelid, false);
-	int64		base = EpochBase(seqrelid);
+	Oid			markerrelid = LeaseStoreTokenIncarnation();
+	int64		token;
 
-	if (base >= 0)
+	if (OidIsValid(markerrelid))
 	{
-		int64		epoch = base + (int64) dlock_insert_timeline() - 1;
-		int64		floor = epoch << TOKEN_EPOCH_SHIFT;
+		TokenIncarnation inc;
 
-		if (token <= floor)
-			token = TokenEpochAdvance(seqrelid, floor);
-		if (!budget_warned &&
-			(token - floor > (INT64CONST(1) << (TOKEN_EPOCH_SHIFT - 1)) ||
-			 token > TOKEN_EXACT_IN_DOUBLE))
+		CurrentIncarnation(&inc, seqrelid);
+		if (!incarnation_seen || seen_generation != LeaseStoreGeneration() ||
+			memcmp(&inc, &seen_incarnation, sizeof(inc)) != 0)
 		{
-			budget_warned = true;
-			ereport(WARNING,
-					(errmsg("dlock token " INT64_FORMAT " is far into its budget", token),
-					 errdetail("A timeline may issue 2^%d tokens, and tokens stay exact in JavaScript numbers up to 2^53; this timeline's epoch is " INT64_FORMAT ".",
-							   TOKEN_EPOCH_SHIFT, epoch),
-					 errhint("See docs/internals.md, I1, for the token budget.")));
+			if (!MarkerNames(markerrelid, &inc))
+				IncarnationMove(seqrelid, markerrelid, &inc);
+			seen_incarnation = inc;
+			seen_generation = LeaseStoreGeneration();
+			incarnation_seen = true;
 		}
 	}
+	token = nextval_internal(seqrelid, false);
+	TokenBudgetCheck(token);
 	FlushSequenceLogAhead(seqrelid);
 	return token;
 }

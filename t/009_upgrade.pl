@@ -20,7 +20,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my @versions = ('1.0', '1.1', '1.2');
+my @versions = ('1.0', '1.1', '1.2', '1.3');
 my $latest = $versions[-1];
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
@@ -204,16 +204,37 @@ for my $i (1 .. $#versions)
 				COPY holder_copy FROM '$bin' (FORMAT binary);
 				SELECT holder::text FROM holder_copy}),
 			'regress_holder', "to $v: dlock.holder has a binary form: a binary COPY out and in keeps the role");
-		# The first grant after the update writes the epoch base of this
-		# cluster: on timeline 1, base 0, so tokens go on from the counter
-		is($node->safe_psql($db, q{SELECT base || ' ' || (system_identifier =
-				(SELECT system_identifier FROM pg_control_system())) FROM dlock.token_epoch}),
-			'0 true', "to $v: the first grant wrote this cluster's epoch base, 0");
+		# With a catalog from before 1.3 (no dlock.token_incarnation), this
+		# module takes tokens from the counter alone, as 1.1 did: they go on
+		# from the counter, far below the clock's ticks
 		my $small = $node->safe_psql($db,
 			q{SELECT token FROM dlock.try_acquire('epoch:1', '1h', 'w-epoch')});
-		cmp_ok($small, '<', 2**40, "to $v: on timeline 1 tokens go on from the counter ($small)");
+		cmp_ok($small, '<', 2**40, "to $v: with this catalog, tokens go on from the counter ($small)");
 		is($node->safe_psql($db, q{SELECT count(*) >= 0 FROM dlock.locks}), 't',
 			"to $v: dlock.locks reads");
+		$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
+	}
+
+	if ($v eq '1.3')
+	{
+		# The first grant after the update moved the counter up to the
+		# clock (I1): the token of new:1.3 above is at least the clock's
+		# ticks of the update's start, and at most those of now; 1.2's
+		# epoch table is gone, and the marker names this incarnation
+		my $clock_sql = q{((extract(epoch FROM clock_timestamp())
+			- extract(epoch FROM timestamptz '2026-01-01 00:00:00+00')) * 4194304)::bigint};
+		my $clock_now = $node->safe_psql($db, "SELECT $clock_sql");
+		cmp_ok($next, '>', $clock_now - 4194304 * 600,
+			"to $v: the first grant after the update moved the counter up to the clock ($next)");
+		cmp_ok($next, '<=', $clock_now, "to $v: and not beyond it");
+		is($node->safe_psql($db, q{SELECT to_regclass('dlock.token_epoch') IS NULL,
+				(SELECT is_called FROM dlock.token_incarnation)}),
+			't|t', "to $v: 1.2's epoch table is gone; dlock.token_incarnation marks the move");
+		# A rolled-back grant spends nothing: the counter moves by one token
+		my $before = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
+		$node->safe_psql($db, q{BEGIN; SELECT dlock.try_acquire('rolled:1.3', '1h', 'w'); ROLLBACK;});
+		is($node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq') - $before, 1,
+			"to $v: a rolled-back grant takes one token, no move");
 		$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
 	}
 

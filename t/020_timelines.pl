@@ -15,27 +15,7 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-
-# grant NODE NAME OWNER: the token of a new lease of NAME
-sub grant
-{
-	my ($node, $name, $owner) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT token FROM dlock.acquire('$name', '1h', '$owner', timeout => '5s')});
-}
-
-# grant_many NODE PREFIX N: grant N names, returning their tokens
-sub grant_many
-{
-	my ($node, $prefix, $n) = @_;
-	my $tokens = $node->safe_psql('postgres', qq{
-		SELECT string_agg((SELECT token FROM dlock.acquire('$prefix' || i, '1h', 'h' || i,
-		                                                    timeout => '10s'))::text, ' ')
-		  FROM generate_series(1, $n) i});
-	return split / /, $tokens;
-}
-
-sub max_of { my $m = shift; for (@_) { $m = $_ if $_ > $m } return $m }
+use DlockTest qw(grant_many max_of regrant_checks lost_holder);
 
 # lost_holder_checks NODE NAME TOKEN LABEL: the lost holder's token fences
 # false on NODE before its name is granted again, and after each of 40
@@ -45,37 +25,8 @@ sub lost_holder_checks
 	my ($node, $name, $lost, $label) = @_;
 	is($node->safe_psql('postgres', "SELECT dlock.fence('$name', $lost)"), 'f',
 		"$label: the lost token fences false before its name is granted again");
-	my $results = $node->safe_psql('postgres', qq{
-		CREATE TEMP TABLE regrants (i int, token bigint, lost_fences boolean);
-		DO \$\$
-		DECLARE t bigint;
-		BEGIN
-		  FOR i IN 1 .. 40 LOOP
-		    PERFORM dlock.force_release('$name');
-		    SELECT token INTO t FROM dlock.acquire('$name', '1h', 'again-' || i, timeout => '5s');
-		    INSERT INTO regrants VALUES (i, t, dlock.fence('$name', $lost));
-		  END LOOP;
-		  PERFORM dlock.force_release('$name');
-		END \$\$;
-		SELECT count(*) FILTER (WHERE token > $lost) || ' ' || count(*) FILTER (WHERE lost_fences)
-		  FROM regrants});
-	is($results, '40 0',
+	is(join(' ', regrant_checks($node, $name, $lost)), '40 0',
 		"$label: 40 grants of the name in a row, each larger than the lost token, which never fences true");
-}
-
-# lost_holder NODE PREFIX LOST...: the lost grant (name and token) that the
-# new primary's counter, as it restarts, would reach within the 40 grants of
-# lost_holder_checks if tokens did not carry their timeline: the first lost
-# token at least 20 above the counter's value now
-sub lost_holder
-{
-	my ($node, $prefix, @lost) = @_;
-	my $counter = $node->safe_psql('postgres', 'SELECT last_value FROM dlock.token_seq');
-	for my $i (0 .. $#lost)
-	{
-		return ("$prefix" . ($i + 1), $lost[$i]) if $lost[$i] >= $counter + 20;
-	}
-	return ("$prefix" . scalar(@lost), $lost[-1]);
 }
 
 # A primary with an asynchronous streaming standby

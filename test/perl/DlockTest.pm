@@ -12,6 +12,8 @@ DlockTest - what dlock's TAP tests (t/*.pl) share
   my $client = psql_script($node, 'client1', $script, \$out);
   my $waiter = background_query($node, q{SELECT dlock.acquire('job', '1h', 'w')});
   is(locks_left($node), '', 'nothing is left in dlock.locks');
+  my @tokens = grant_many($node, 'job:', 100);
+  my ($granted, $fenced) = regrant_checks($node, 'job:1', $lost_token);
 
 =head1 DESCRIPTION
 
@@ -31,7 +33,8 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT_OK = qw(sync_pair psql_script background_query locks_left);
+our @EXPORT_OK = qw(sync_pair psql_script background_query locks_left
+	  grant_many max_of regrant_checks lost_holder clock_ticks);
 
 =pod
 
@@ -138,4 +141,109 @@ sub locks_left
 		"SELECT pid, kind, mode, granted FROM dlock.locks $where ORDER BY 1, 2, 3, 4");
 }
 
+=pod
+
+=head2 grant_many($node, $prefix, $n, %options)
+
+Grants C<$n> names C<$prefix>1 .. C<$prefix>C<$n> (owner C<h>I<i>, ttl 1h) in
+one statement and returns their tokens, in name order.  Options: C<dbname>
+(default postgres).
+
+=cut
+
+sub grant_many
+{
+	my ($node, $prefix, $n, %options) = @_;
+	my $tokens = $node->safe_psql($options{dbname} // 'postgres', qq{
+		SELECT string_agg((SELECT token FROM dlock.acquire('$prefix' || i, '1h', 'h' || i,
+		                                                    timeout => '10s'))::text, ' ')
+		  FROM generate_series(1, $n) i});
+	return split / /, $tokens;
+}
+
+=pod
+
+=head2 max_of(@numbers)
+
+The largest of a list of numbers.
+
+=cut
+
+sub max_of { my $m = shift; for (@_) { $m = $_ if $_ > $m } return $m }
+
+=pod
+
+=head2 regrant_checks($node, $name, $token, %options)
+
+Grants C<$name> again 40 times in a row on C<$node> (each time after a
+C<force_release>), and checks C<dlock.fence($name, $token)> after each grant.
+Returns two counts: the grants whose token was larger than C<$token>, and
+the grants after which C<$token> fenced true.  A lost or superseded holder's
+token must give C<(40, 0)>: a counter that came back below the lost token
+would reach it within the 40 grants when the test has chosen a token close
+enough above the counter.  Options: C<dbname> (default postgres).
+
+=cut
+
+sub regrant_checks
+{
+	my ($node, $name, $token, %options) = @_;
+	my $result = $node->safe_psql($options{dbname} // 'postgres', qq{
+		CREATE TEMP TABLE regrants (i int, token bigint, fences boolean);
+		DO \$\$
+		DECLARE t bigint;
+		BEGIN
+		  FOR i IN 1 .. 40 LOOP
+		    PERFORM dlock.force_release('$name');
+		    SELECT token INTO t FROM dlock.acquire('$name', '1h', 'again-' || i, timeout => '5s');
+		    INSERT INTO regrants VALUES (i, t, dlock.fence('$name', $token));
+		  END LOOP;
+		  PERFORM dlock.force_release('$name');
+		END \$\$;
+		SELECT count(*) FILTER (WHERE token > $token) || ' ' || count(*) FILTER (WHERE fences)
+		  FROM regrants});
+	return split / /, $result;
+}
+
+=pod
+
+=head2 lost_holder($node, $prefix, @lost)
+
+Of grants C<$prefix>1 .. C<$prefix>N lost to C<$node> (made elsewhere, with
+tokens C<@lost> in name order), the one (name and token) that C<$node>'s
+counter, as it stands, would reach within the 40 grants of
+C<regrant_checks> if nothing moved it up: the first lost token at least 20
+above the counter's value now (or the last one).
+
+=cut
+
+sub lost_holder
+{
+	my ($node, $prefix, @lost) = @_;
+	my $counter = $node->safe_psql('postgres', 'SELECT last_value FROM dlock.token_seq');
+	for my $i (0 .. $#lost)
+	{
+		return ("$prefix" . ($i + 1), $lost[$i]) if $lost[$i] >= $counter + 20;
+	}
+	return ("$prefix" . scalar(@lost), $lost[-1]);
+}
+
+=pod
+
+=head2 clock_ticks($node)
+
+The server's clock now in the unit tokens follow (docs/internals.md, I1):
+2^22 ticks a second since 2026-01-01 00:00 UTC.
+
+=cut
+
+sub clock_ticks
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres', q{
+		SELECT ((extract(epoch FROM clock_timestamp())
+		         - extract(epoch FROM timestamptz '2026-01-01 00:00:00+00')) * 4194304)::bigint});
+}
+
 1;
+

@@ -1,0 +1,26 @@
+/* dlock--1.2--1.3.sql */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION dlock UPDATE TO '1.3'" to load this file. \quit
+
+--
+-- Tokens follow the server's clock (src/token.c): the first grant of each
+-- incarnation of the database (a promotion, a restart, a restore, a base
+-- backup started as it is) moves the token counter up to the clock, and
+-- this sequence remembers which incarnation last did.  A sequence, so that
+-- it is written outside the granting transaction: a rolled-back or
+-- prepared first grant neither undoes the move nor holds up other grants.
+-- Not dumped: a restore is a new incarnation.
+--
+CREATE SEQUENCE dlock.token_incarnation AS bigint MINVALUE 0 START 0 NO CYCLE;
+COMMENT ON SEQUENCE dlock.token_incarnation IS
+  'A hash of the incarnation of this database (system identifier, timeline, server start, database and counter) that last moved dlock.token_seq up to the clock. Written by dlock''s functions only.';
+REVOKE ALL ON SEQUENCE dlock.token_incarnation FROM PUBLIC;
+
+--
+-- 1.2's epoch base, which the clock replaces: a token issued under it is
+-- below the clock's ticks (unless its epoch was pushed past them), and
+-- still fences while its lease lives
+--
+ALTER EXTENSION dlock DROP TABLE dlock.token_epoch;
+DROP TABLE dlock.token_epoch;
