@@ -130,7 +130,7 @@ dist:
 	DIST_DIR='$(or $(DIST_DIR),.)' bash scripts/dist.sh
 
 # Whole suite on a throwaway cluster; installs what is missing (see README)
-.PHONY: test test-ha test-drivers demo bench
+.PHONY: test test-ha test-drivers test-histories demo bench
 test:
 	bash scripts/test.sh
 
@@ -138,6 +138,10 @@ test:
 # pgbouncer in transaction mode, against the installed build
 test-drivers: install
 	bash test/drivers/run.sh
+
+# The token history explorer at length (make test runs a few histories)
+test-histories:
+	bash scripts/test-histories.sh
 
 # dlock under real HA managers (pg_auto_failover, then Patroni with etcd): switchover and crash
 test-ha:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# make test-histories: the token history explorer (t/022_token_explorer.pl)
+# at length: DLOCK_HISTORIES random histories (default 60, about six
+# minutes), from DLOCK_HISTORY_SEED if given (printed either way), on
+# throwaway clusters; ends with a line "N passed, N failed".  make test
+# runs a few of them with the rest of the TAP suite.
+
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+ensure_packages
+build_and_install
+
+WORK=$(make_work_dir)
+trap 'rm -rf "$WORK"' EXIT
+mkdir "$WORK/src"
+tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.so' \
+    --exclude=results --exclude=output_iso --exclude=tmp_check -cf - . |
+    tar -C "$WORK/src" -xf -
+[ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/src"
+
+passed=0
+failed=0
+seed=${DLOCK_HISTORY_SEED:-$((RANDOM * 32768 + RANDOM))}
+say "histories from seed $seed"
+run_suite histories installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v \
+    PROVE_TESTS=t/022_token_explorer.pl DLOCK_HISTORY_SEED="$seed" \
+    DLOCK_HISTORIES="${DLOCK_HISTORIES:-60}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

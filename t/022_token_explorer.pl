@@ -1,0 +1,209 @@
+# The history explorer: random histories of a primary and two asynchronous
+# standbys (no WAL archive), drawn from the steps that can make a token
+# come again, with the token properties of I1 (docs/internals.md) checked
+# after every step on the server that grants then.
+#
+# Steps: grant a name (after forcing its lease off, so each grant supersedes
+# the last holder), cut a standby off (stop it) and let it stream again,
+# crash the primary, restart it, promote any running standby once no
+# primary runs, lose a stopped server for good, pg_dump the database, and
+# later drop it and pg_restore that dump into the same cluster, take a base
+# backup and later start it as it is (no recovery.signal) as the new
+# primary.  Every grant that returned is acknowledged.
+#
+# Properties, over the whole history:
+#   never twice  no token value is acknowledged to two grants, and no two
+#                rows of the granting server share one
+#   stale false  every acknowledged grant's token fences true on the
+#                granting server only while that server holds that very
+#                grant (same name, token and owner): a lost or superseded
+#                holder's fence is false
+#   ordered      every grant's token is above every token acknowledged
+#                before it, on any server (all servers here share one clock)
+#
+# DLOCK_HISTORY_SEED replays a history (a failure prints its seed and its
+# steps); DLOCK_HISTORIES says how many (default 6, about a minute; make
+# test-histories runs 60); DLOCK_HISTORY_STEPS how many steps each (default 20).
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $histories = $ENV{DLOCK_HISTORIES} // 6;
+my $steps_per_history = $ENV{DLOCK_HISTORY_STEPS} // 20;
+my $first_seed = $ENV{DLOCK_HISTORY_SEED} // (time() % 1000000);
+my @names = map { "n$_" } 0 .. 3;
+
+# One history's world: servers by name, each with its role
+my (%server, %role, @log, %acked, @grants, $max_acked, %violations, $dump, $backup);
+my $serial = 0;
+
+sub pick { return @_ ? $_[ int(rand(scalar @_)) ] : undef }
+sub with_role { my ($r) = @_; return sort grep { $role{$_} eq $r } keys %role }
+sub primary { my @p = with_role('primary'); return @p ? $server{ $p[0] } : undef }
+
+sub violation
+{
+	my ($property, $what) = @_;
+	push @{ $violations{$property} }, "step " . scalar(@log) . ": $what";
+}
+
+# The steps; each returns false when it does not apply now
+my %step;
+$step{grant} = sub {
+	my $p = primary() or return 0;
+	my $name = pick(@names);
+	my $owner = 'o' . ++$serial;
+	my $token = $p->safe_psql('app', qq{SELECT dlock.force_release('$name');
+		SELECT token FROM dlock.acquire('$name', '1h', '$owner', timeout => '5s')});
+	$token = (split /\n/, $token)[-1];
+	violation('never twice', "token $token acknowledged to $acked{$token} and to $name/$owner")
+	  if exists $acked{$token};
+	violation('ordered', "token $token of $name/$owner is not above $max_acked, acknowledged before")
+	  if defined $max_acked && $token <= $max_acked;
+	$acked{$token} = "$name/$owner";
+	push @grants, [ $name, $token, $owner ];
+	$max_acked = $token if !defined $max_acked || $token > $max_acked;
+	return "grant $name to $owner on " . $p->name . ": $token";
+};
+$step{cut} = sub {
+	my $s = pick(with_role('standby')) or return 0;
+	$server{$s}->stop('fast');
+	$role{$s} = 'stopped standby';
+	return "cut standby $s off";
+};
+$step{reconnect} = sub {
+	my $s = pick(with_role('stopped standby')) or return 0;
+	$server{$s}->start;
+	$role{$s} = 'standby';
+	return "standby $s streams again";
+};
+$step{crash} = sub {
+	my $p = primary() or return 0;
+	$p->stop('immediate');
+	$role{ $p->name } = 'stopped primary';
+	return 'crash primary ' . $p->name;
+};
+$step{restart} = sub {
+	return 0 if primary();
+	my $p = pick(with_role('stopped primary')) or return 0;
+	$server{$p}->start;
+	$role{$p} = 'primary';
+	return "restart $p";
+};
+$step{promote} = sub {
+	return 0 if primary();
+	my $s = pick(with_role('standby')) or return 0;
+	$server{$s}->promote;
+	$server{$s}->poll_query_until('app', 'SELECT NOT pg_is_in_recovery()')
+	  or die "$s was not promoted";
+	$role{$s} = 'primary';
+	return "promote $s";
+};
+$step{lose} = sub {
+	my $s = pick(with_role('stopped primary'), with_role('stopped standby')) or return 0;
+	$role{$s} = 'lost';
+	return "lose $s for good";
+};
+$step{dump} = sub {
+	my $p = primary() or return 0;
+	$dump = $p->basedir . '/app-' . ++$serial . '.dump';
+	system_or_bail('pg_dump', '-Fc', '-f', $dump, '-d', $p->connstr('app'));
+	return 'dump ' . $p->name;
+};
+$step{restore_dump} = sub {
+	my $p = primary() or return 0;
+	return 0 unless defined $dump;
+	$p->safe_psql('postgres', 'DROP DATABASE app WITH (FORCE)');
+	$p->safe_psql('postgres', 'CREATE DATABASE app');
+	system_or_bail('pg_restore', '-d', $p->connstr('app'), $dump);
+	return 'restore the older dump into ' . $p->name;
+};
+$step{backup} = sub {
+	my $p = primary() or return 0;
+	$backup = [ $p, 'b' . ++$serial ];
+	$p->backup($backup->[1]);
+	return 'base backup of ' . $p->name;
+};
+$step{start_backup} = sub {
+	return 0 if primary() || !defined $backup;
+	my $copy = PostgreSQL::Test::Cluster->new('copy' . ++$serial);
+	$copy->init_from_backup(@$backup);
+	$copy->start;
+	$server{ $copy->name } = $copy;
+	$role{ $copy->name } = 'primary';
+	$backup = undef;
+	return 'start the base backup of ' . $copy->name . ' as it is';
+};
+# grants come most often, so that every other step has tokens to lose
+my @weighted = ((('grant') x 6), qw(cut reconnect crash crash restart promote promote lose
+	  dump restore_dump backup start_backup));
+
+# check: the properties on the server that grants now
+sub check
+{
+	my $p = primary() or return;
+	my $shared = $p->safe_psql('app',
+		'SELECT count(*) FROM (SELECT token FROM dlock.lease_state GROUP BY token HAVING count(*) > 1) d');
+	violation('never twice', "$shared token values held by two rows on " . $p->name) if $shared;
+	return unless @grants;
+	my $values = join(',', map { "('$_->[0]', $_->[1], '$_->[2]')" } @grants);
+	my $stale = $p->safe_psql('app', qq{
+		SELECT string_agg(g.name || '/' || g.owner || ' ' || g.token, ', ')
+		  FROM (VALUES $values) g(name, token, owner)
+		 WHERE dlock.fence(g.name, g.token)
+		   AND NOT EXISTS (SELECT FROM dlock.lease_state s
+		                    WHERE s.name = g.name AND s.token = g.token AND s.owner = g.owner)});
+	violation('stale false', "fence true on " . $p->name . " for grants it does not hold: $stale")
+	  if $stale ne '';
+}
+
+for my $h (0 .. $histories - 1)
+{
+	my $seed = $first_seed + $h;
+	srand($seed);
+	(%server, %role, @log, %acked, @grants, %violations) = ();
+	($max_acked, $dump, $backup) = (undef, undef, undef);
+
+	my $p = PostgreSQL::Test::Cluster->new("h${seed}_p");
+	$p->init(allows_streaming => 1);
+	$p->start;
+	$p->safe_psql('postgres', 'CREATE DATABASE app');
+	$p->safe_psql('app', 'CREATE EXTENSION dlock');
+	$p->backup('start');
+	%server = ($p->name => $p);
+	%role = ($p->name => 'primary');
+	for my $s ('a', 'b')
+	{
+		my $n = PostgreSQL::Test::Cluster->new("h${seed}_$s");
+		$n->init_from_backup($p, 'start', has_streaming => 1);
+		$n->start;
+		$server{ $n->name } = $n;
+		$role{ $n->name } = 'standby';
+	}
+
+	while (@log < $steps_per_history)
+	{
+		my $did = $step{ pick(@weighted) }->() or next;
+		push @log, $did;
+		check();
+	}
+	my $replay = "seed $seed (DLOCK_HISTORY_SEED=$seed DLOCK_HISTORIES=1), steps:\n  "
+	  . join("\n  ", @log);
+	for my $property ('never twice', 'stale false', 'ordered')
+	{
+		my $found = $violations{$property} // [];
+		ok(!@$found, "history $seed: $property")
+		  or diag(join("\n", @$found) . "\n$replay");
+	}
+	note $replay;
+	for my $name (keys %server)
+	{
+		$server{$name}->stop('immediate') if $role{$name} eq 'primary' || $role{$name} eq 'standby';
+	}
+}
+
+done_testing();
