@@ -99,7 +99,8 @@ SELECT dlock.force_release('sec:b') AS forced_by_superuser;
 -- are written in C and resolve no names, so none of these objects is ever
 -- called and every function answers as it does without them.  Each shadow
 -- raises "hijacked ..." when called.  The caller's own queries below use
--- none of the shadowed operators or functions.
+-- none of the shadowed operators or functions: where they compare or
+-- subtract tokens (bigints), they name pg_catalog's operators.
 --
 SET ROLE regress_dlock_alice;
 SELECT name, owner FROM dlock.try_acquire('sec:ha', '1h', 'alice-ha', value => 'alice at 10.0.0.7');
@@ -207,7 +208,7 @@ SELECT name, owner FROM dlock.acquire('sec:h', '1h', 'bob-h', '1s');
 SELECT name, owner FROM dlock.renew('sec:h', 'bob-h', '1h');
 SELECT token AS h_token FROM dlock.try_acquire('sec:h', '1h', 'bob-h') \gset
 SELECT dlock.fence('sec:h', :h_token);
-SELECT dlock.fence('sec:h', 1) AS fence_old_token;
+SELECT dlock.fence('sec:h', :h_token OPERATOR(pg_catalog.-) 1) AS fence_old_token;
 -- a generated owner
 SELECT name, owner IS NOT NULL AS has_owner FROM dlock.try_acquire('sec:hg', '1h');
 -- a lock-delay: force-released, the name is not granted again for an hour
@@ -218,7 +219,7 @@ SELECT dlock.acquire('sec:hd', '1h', 'bob-d', '0');
 -- a session-bound lease, whose holder is this backend
 SELECT token AS hs_token FROM dlock.try_acquire('sec:hs', '1h', 'bob-s', session_bound => true) \gset
 SELECT dlock.holder_alive(:hs_token) AS holder_alive;
-SELECT dlock.holder_alive(1) AS not_session_bound;
+SELECT dlock.holder_alive(:h_token) AS not_session_bound;
 -- alice's lease: refused as before, and her owner string stays hidden
 SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('sec:ha', '1h', 'alice-ha')) AS try_refused;
 SELECT dlock.acquire('sec:ha', '1h', 'alice-ha', '0');
@@ -240,7 +241,7 @@ SELECT dlock.release_all(ARRAY['sec:s1', 'sec:s2', 'sec:s3', 'sec:s4', 'sec:ha']
 SELECT dlock.watch('sec:ha', NULL, '0') IS NOT NULL AS watch_sees_alices_token;
 SELECT dlock.watch('sec:s1', NULL, '0') IS NULL AS watch_no_live_lease;
 -- values: published to every role, alice's too (her owner stays hidden)
-SELECT token = :h_token AS same_token FROM dlock.renew('sec:h', 'bob-h', '1h', value => 'bob at 10.0.0.1');
+SELECT token OPERATOR(pg_catalog.=) :h_token AS same_token FROM dlock.renew('sec:h', 'bob-h', '1h', value => 'bob at 10.0.0.1');
 SELECT name, owner, value FROM dlock.leases WHERE name LIKE 'sec:h' OR name LIKE 'sec:ha'
  ORDER BY name COLLATE "C";
 -- the view and the function behind it
