@@ -6,10 +6,15 @@
 # Steps: grant a name (after forcing its lease off, so each grant supersedes
 # the last holder), cut a standby off (stop it) and let it stream again,
 # crash the primary, restart it, promote any running standby once no
-# primary runs, lose a stopped server for good, pg_dump the database, and
-# later drop it and pg_restore that dump into the same cluster, take a base
-# backup and later start it as it is (no recovery.signal) as the new
-# primary.  Every grant that returned is acknowledged.
+# primary runs, rejoin a stopped old primary to the new one with
+# pg_rewind, lose a stopped server for good, pg_dump the database, and
+# later drop it and pg_restore that dump into the same cluster (or, with
+# no primary running, into a new cluster that becomes the primary), take a
+# base backup and later start it as it is (no recovery.signal) as the new
+# primary.  A third of the histories start at version 1.1, with leases,
+# and are updated first.  Every grant that returned is acknowledged.
+# Synchronous replication and WAL archives are left to t/004, t/015 and
+# t/020, whose histories they shape.
 #
 # Properties, over the whole history:
 #   never twice  no token value is acknowledged to two grants, and no two
@@ -122,6 +127,33 @@ $step{restore_dump} = sub {
 	system_or_bail('pg_restore', '-d', $p->connstr('app'), $dump);
 	return 'restore the older dump into ' . $p->name;
 };
+$step{restore_elsewhere} = sub {
+	return 0 if primary() || !defined $dump;
+	my $n = PostgreSQL::Test::Cluster->new('other' . ++$serial);
+	$n->init(allows_streaming => 1);
+	$n->append_conf('postgresql.conf', "wal_log_hints = on\n");
+	$n->start;
+	$n->safe_psql('postgres', 'CREATE DATABASE app');
+	system_or_bail('pg_restore', '-d', $n->connstr('app'), $dump);
+	$server{ $n->name } = $n;
+	$role{ $n->name } = 'primary';
+	return 'restore the dump into a new cluster, ' . $n->name . ', the new primary';
+};
+$step{rejoin} = sub {
+	my $p = primary() or return 0;
+	my $o = pick(grep { $server{$_}->data_dir ne $p->data_dir } with_role('stopped primary')) or return 0;
+	# a server of another cluster (a restore elsewhere) cannot be rewound
+	# onto this one: it is given up
+	if (!run_log([ 'pg_rewind', '-D', $server{$o}->data_dir, '--source-server', $p->connstr('postgres') ]))
+	{
+		$role{$o} = 'lost';
+		return "lose $o for good (pg_rewind refused it)";
+	}
+	$server{$o}->enable_streaming($p);
+	$server{$o}->start;
+	$role{$o} = 'standby';
+	return "rejoin $o as a standby of " . $p->name . ' with pg_rewind';
+};
 $step{backup} = sub {
 	my $p = primary() or return 0;
 	$backup = [ $p, 'b' . ++$serial ];
@@ -140,7 +172,7 @@ $step{start_backup} = sub {
 };
 # grants come most often, so that every other step has tokens to lose
 my @weighted = ((('grant') x 6), qw(cut reconnect crash crash restart promote promote lose
-	  dump restore_dump backup start_backup));
+	  dump restore_dump restore_elsewhere rejoin backup start_backup));
 
 # check: the properties on the server that grants now
 sub check
@@ -170,9 +202,13 @@ for my $h (0 .. $histories - 1)
 
 	my $p = PostgreSQL::Test::Cluster->new("h${seed}_p");
 	$p->init(allows_streaming => 1);
+	$p->append_conf('postgresql.conf', "wal_log_hints = on\n");    # for pg_rewind
 	$p->start;
 	$p->safe_psql('postgres', 'CREATE DATABASE app');
-	$p->safe_psql('app', 'CREATE EXTENSION dlock');
+	# A third of the histories start at 1.1 with leases, updated before
+	# anything else happens: their tokens must keep their place
+	my $from_1_1 = rand() < 1 / 3;
+	$p->safe_psql('app', $from_1_1 ? "CREATE EXTENSION dlock VERSION '1.1'" : 'CREATE EXTENSION dlock');
 	$p->backup('start');
 	%server = ($p->name => $p);
 	%role = ($p->name => 'primary');
@@ -185,6 +221,14 @@ for my $h (0 .. $histories - 1)
 		$role{ $n->name } = 'standby';
 	}
 
+	if ($from_1_1)
+	{
+		push @log, $step{grant}->() for 1 .. 3;
+		$p->safe_psql('app', 'ALTER EXTENSION dlock UPDATE');
+		$p->wait_for_catchup($server{$_}) for with_role('standby');
+		push @log, 'ALTER EXTENSION dlock UPDATE from 1.1';
+		check();
+	}
 	while (@log < $steps_per_history)
 	{
 		my $did = $step{ pick(@weighted) }->() or next;

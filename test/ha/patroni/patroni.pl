@@ -20,6 +20,10 @@
 #    fence false, also after the new leader granted the names again;
 #  - both: every token the new leader issued is larger than every token any
 #    client was given before (lost ones included), and so is the next one.
+# Last, two failovers one after the other with synchronous mode off: the
+# leader's node lost, then the new leader's before the third node streamed
+# from it; the third, promoted on the same timeline number, gives none of
+# the second's tokens again and they fence false.
 # A "dlock run" with the multi-host URI keeps its child writing under the
 # fence across both rounds of each mode (or, with synchronous mode off,
 # stops it with status 79 when its lease was lost, as documented), and a
@@ -518,7 +522,62 @@ else
 }
 $job->{h}->kill_kill(grace => 5) if $job->{h}->pumpable;
 
-stop_service($_) for @nodes, 'etcd';
+# ---- two failovers one after the other (synchronous mode off) ----
+# The leader's node is lost whole (Patroni and PostgreSQL killed) while the
+# third node's Patroni is paused, so that only the second is promoted and
+# the third streams from nobody; the second grants and is lost in turn
+# before the third ever streamed from it.  With no WAL archive the third
+# picks the second's timeline number.  Its tokens must still be above the
+# second's, none given twice, and the second's holders fence false.
+sub lose_node
+{
+	my ($node) = @_;
+	my ($pid) = lines_of("$base/$node/postmaster.pid");
+	$service{$node}->signal('KILL');
+	kill 'KILL', $pid or die "kill $pid: $!";
+	eval { $service{$node}->finish };
+	delete $service{$node};
+}
+rejoined('after the async crash');
+my $d0 = leader();
+my ($d1, $d2) = grep { $_ ne $d0 } @nodes;
+$service{$d2}->signal('STOP');
+lose_node($d0);
+poll_until("double: $d1 leads", 120, sub { my $l = leader(); $l && $l eq $d1 });
+my $c1 = conninfo($d1);
+my $tl1 = psql($c1, 'CHECKPOINT; SELECT timeline_id FROM pg_control_checkpoint()');
+my @second;
+for my $i (1 .. 20)
+{
+	my $token = psql($c1, "SELECT token FROM dlock.acquire('double:$i', '1h', 'second-$i')");
+	push @second, [ "double:$i", $token, "second-$i" ];
+}
+is(scalar(grep { $_->[1] =~ /^\d+$/ } @second), 20, "double: $d1, the first new leader, granted 20 names");
+push @given, map { [ $_->[1], $pgport{$d1}, $_->[0], $_->[2] ] } @second;
+lose_node($d1);
+$service{$d2}->signal('CONT');
+poll_until("double: $d2 leads", 180, sub { my $l = leader(); $l && $l eq $d2 });
+my $c2 = conninfo($d2);
+is(psql($c2, 'CHECKPOINT; SELECT timeline_id FROM pg_control_checkpoint()'), $tl1,
+	"double: $d2, promoted next, picked the same timeline number as $d1 ($tl1)");
+is(psql($c2, 'SELECT count(*) FROM (VALUES ' . in_values(map { [ $_->[0], $_->[1] ] } @second)
+	  . ') v(name, token) WHERE dlock.fence(name, token)'),
+	'0', "double: $d1\'s holders fence false on $d2");
+my @third = map { [ "double:$_", psql($c2, "SELECT dlock.force_release('double:$_'); SELECT token FROM dlock.acquire('double:$_', '1h', 'third-$_')") =~ s/.*\n//sr, "third-$_" ] } 1 .. 20;
+push @given, map { [ $_->[1], $pgport{$d2}, $_->[0], $_->[2] ] } @third;
+is(psql($c2, 'SELECT count(*) FROM (VALUES ' . in_values(map { [ $_->[0], $_->[1] ] } @second)
+	  . ') v(name, token) WHERE dlock.fence(name, token)'),
+	'0', "double: and still false once $d2 granted the same names again");
+cmp_ok(min(map { $_->[1] } @third), '>', max(map { $_->[1] } @second),
+	"double: every token of $d2 is above every token of $d1");
+my (%double_owners, @double_twice);
+$double_owners{"$_->[2] $_->[0]"}{ $_->[3] } = 1 for @given;
+@double_twice = grep { keys %{ $double_owners{$_} } > 1 } sort keys %double_owners;
+is(scalar(@double_twice), 0, 'double: no name\'s token was given to two owners')
+  or diag 'given twice: ' . join(', ', @double_twice[ 0 .. min(9, $#double_twice) ]);
+
+stop_service($_) for grep { $service{$_} } @nodes;
+stop_service('etcd');
 note '| round | new leader after | acknowledged grants | keeper grants lost | acknowledged fenced writes | missing | longest pause in acknowledged writes |';
 for my $label (qw(sync-switchover sync-crash async-switchover async-crash))
 {
