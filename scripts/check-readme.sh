@@ -10,6 +10,8 @@
 #  3. The first ```sql block of README.md, pasted as it is into psql on a
 #     fresh database of a throwaway cluster, runs without an error and
 #     prints "UPDATE 1": the fenced write of Getting started succeeds.
+#  4. The package files it names are of the version debian/changelog
+#     builds, and its package install lines need no sudo.
 #
 # Needs dlock installed in PG_CONFIG's tree (make install); make test runs
 # this after installing it.  Prints "ok N - ..." or "not ok N - ..." per
@@ -138,6 +140,23 @@ else
         printf '%s\n' "$out" | sed 's/^/    /' | tail -n 30
         report fail "the first sql block of README.md (psql exit status $rc) does not print UPDATE 1"
     fi
+fi
+
+# 4. Every package file the README names is of the version that
+# debian/changelog builds, and no install line needs sudo: a reader
+# pastes them as root on a fresh machine
+pkg_version=$(sed -nE '1s/^dlock \(([^)]+)\).*/\1/p' "$SRC_DIR/debian/changelog")
+stale=$(grep -oE 'dlock_[0-9]+\.[0-9]+\.[0-9]+-[0-9]+' "$README" | sort -u | grep -vxF "dlock_$pkg_version" || true)
+if [ -z "$stale" ]; then
+    report ok "every package file README.md names is of version $pkg_version (debian/changelog)"
+else
+    report fail "README.md names package files of another version than $pkg_version: $(echo $stale)"
+fi
+sudo_lines=$(awk '/^### From the Debian packages/,/^### From source/' "$README" | grep -n 'sudo ' || true)
+if [ -z "$sudo_lines" ]; then
+    report ok "README.md's package install lines run as root, without sudo"
+else
+    report fail "README.md's package install lines use sudo: $sudo_lines"
 fi
 
 echo "$passed passed, $failed failed"
