@@ -229,9 +229,17 @@ for my $h (0 .. $histories - 1)
 		push @log, 'ALTER EXTENSION dlock UPDATE from 1.1';
 		check();
 	}
+	my $idle = 0;
 	while (@log < $steps_per_history)
 	{
-		my $did = $step{ pick(@weighted) }->() or next;
+		my $did = $step{ pick(@weighted) }->();
+		# a history where no step applies any more (every server lost) ends
+		if (!$did)
+		{
+			last if ++$idle > 200;
+			next;
+		}
+		$idle = 0;
 		push @log, $did;
 		check();
 	}
