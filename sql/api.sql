@@ -177,7 +177,7 @@ SELECT EXISTS (SELECT FROM dlock.try_acquire('job:x', '1ms', 'w1')) AS granted;
 SELECT pg_sleep(0.01);
 SELECT EXISTS (SELECT FROM dlock.try_acquire('job:y', '1h', 'w1')) AS granted;
 SELECT dlock.force_release('job:y');
-SELECT name, token - :t0 AS token, owner, holder_role, state,
+SELECT name, token - :t0 AS token, owner, holder_role::text = current_user AS held_by_me, state,
        acquired_at <= expires_at AS ordered,
        (ended_at IS NOT NULL) = (state IN ('released', 'force_released')) AS ended_marked
   FROM dlock.leases
