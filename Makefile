@@ -6,7 +6,8 @@ OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
              src/lease_status.o src/session.o src/waiting.o \
              src/durability.o src/lease_api.o src/fence.o \
              src/holder.o src/purge.o src/stats.o src/lease_set.o src/watch.o \
-             src/places.o src/grant.o src/test_hooks.o src/token.o
+             src/places.o src/grant.o src/test_hooks.o src/token.o \
+             src/module_version.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
@@ -49,6 +50,11 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 # The server headers are treated as system headers, so that warning flags
 # such as -Wextra (see scripts/common.sh) judge dlock's own code, not PostgreSQL's.
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
+
+# The module knows its own version (module_version.c): dlock.control's
+# default_version, written once there
+DLOCK_MODULE_VERSION := $(shell sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" $(dir $(lastword $(MAKEFILE_LIST)))dlock.control)
+PG_CPPFLAGS += -DDLOCK_MODULE_VERSION='"$(DLOCK_MODULE_VERSION)"'
 
 # The test build (make DLOCK_TEST_HOOKS=1): pause points that isolation
 # specs drive (src/test_hooks.h).  Never set for a package.

@@ -128,6 +128,8 @@ DlockShmemStartup(void)
  *	6. durability.c forgets what it noted about the transaction.
  *	7. places.c removes this backend's entry as the head of an acquire()
  *	   queue, left by an acquire() that an error ended (ABORT).
+ *	8. module_version.c forgets that it checked the catalog's version, so
+ *	   that the next transaction sees an update committed meanwhile.
  * dlock's functions are PARALLEL UNSAFE, so the parallel events only reset.
  */
 static void
@@ -154,6 +156,7 @@ DlockXactCallback(XactEvent event, void *arg pg_attribute_unused())
 			WaitersCountAtEOXact();
 			DurabilityAtEOXact();
 			PlaceHeadEnd();
+			DlockModuleVersionAtEOXact();
 			break;
 		default:
 			break;

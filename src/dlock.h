@@ -580,4 +580,8 @@ extern void FenceCacheLeaseChanged(void);
 extern void FenceCacheAtEOXact(void);
 extern void FenceCacheAtSubAbort(SubTransactionId mySubid, SubTransactionId parentSubid);
 
+/* module_version.c: the module against the catalog's version */
+extern void DlockCheckModuleVersion(void);
+extern void DlockModuleVersionAtEOXact(void);
+
 #endif							/* DLOCK_H */

@@ -194,6 +194,7 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 	GrantWait	wait;
 	GrantOutcome outcome;
 
+	DlockCheckModuleVersion();
 	GetGrantRequest(fcinfo, &req, TRY_ARG_LOCK_DELAY, TRY_ARG_SESSION_BOUND,
 					TRY_ARG_VALUE, TRY_ARG_QUEUE, TRY_ARG_SHARED,
 					TRY_ARG_MAX_HOLDERS);
@@ -437,6 +438,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	uint64		arrival;
 	bool		checked_own_lease = false;
 
+	DlockCheckModuleVersion();
 	GetGrantRequest(fcinfo, &req, ACQ_ARG_LOCK_DELAY, ACQ_ARG_SESSION_BOUND,
 					ACQ_ARG_VALUE, -1, ACQ_ARG_SHARED, ACQ_ARG_MAX_HOLDERS);
 	limit = AcquireLimit(ArgGetTimeout(fcinfo, ACQ_ARG_TIMEOUT));
@@ -546,6 +548,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 	LeaseRow	row;
 	TimestampTz now;
 
+	DlockCheckModuleVersion();
 	ArgGetName(fcinfo, RENEW_ARG_NAME, &name);
 	owner = ArgGetOwner(fcinfo, RENEW_ARG_OWNER, false, NULL);
 	ttl_us = ArgGetTTL(fcinfo, RENEW_ARG_TTL);
@@ -576,6 +579,7 @@ dlock_release(PG_FUNCTION_ARGS)
 	LeaseRow	row;
 	TimestampTz now;
 
+	DlockCheckModuleVersion();
 	ArgGetName(fcinfo, RELEASE_ARG_NAME, &name);
 	owner = ArgGetOwner(fcinfo, RELEASE_ARG_OWNER, false, NULL);
 	CheckLeasesWritable("dlock.release");
@@ -605,6 +609,7 @@ dlock_force_release(PG_FUNCTION_ARGS)
 {
 	LeaseName	name;
 
+	DlockCheckModuleVersion();
 	ArgGetName(fcinfo, RELEASE_ARG_NAME, &name);
 	CheckLeasesWritable("dlock.force_release");
 	PG_RETURN_BOOL(ForceReleaseAll(&name));

@@ -275,6 +275,7 @@ dlock_try_acquire_all(PG_FUNCTION_ARGS)
 	GrantOutcome outcome;
 	int			joined;
 
+	DlockCheckModuleVersion();
 	GetSetRequest(fcinfo, &req);
 	CheckLeasesWritable("dlock.try_acquire_all");
 	dlock_init_materialized_srf(fcinfo);
@@ -354,6 +355,7 @@ dlock_acquire_all(PG_FUNCTION_ARGS)
 	ErrorContextCallback waitcontext;
 	int			joined;
 
+	DlockCheckModuleVersion();
 	GetSetRequest(fcinfo, &req);
 	limit = AcquireLimit(ArgGetTimeout(fcinfo, 3));
 	CheckLeasesWritable("dlock.acquire_all");
@@ -434,6 +436,7 @@ dlock_release_all(PG_FUNCTION_ARGS)
 	char	   *owner;
 	int			released = 0;
 
+	DlockCheckModuleVersion();
 	count = ArgGetNames(fcinfo, 0, &names);
 	owner = ArgGetOwner(fcinfo, 1, false, NULL);
 	CheckLeasesWritable("dlock.release_all");

@@ -458,5 +458,7 @@ PG_FUNCTION_INFO_V1(dlock_holder_alive);
 Datum
 dlock_holder_alive(PG_FUNCTION_ARGS)
 {
+	DlockCheckModuleVersion();
+
 	PG_RETURN_BOOL(SessionLeaseAlive(PG_GETARG_INT64(0)));
 }

@@ -102,6 +102,7 @@ dlock_watch(PG_FUNCTION_ARGS)
 	WaitLimit	limit = {true, DT_NOEND};
 	ErrorContextCallback waitcontext;
 
+	DlockCheckModuleVersion();
 	ArgGetName(fcinfo, 0, &name);
 	timeout_us = ArgGetTimeout(fcinfo, 2);
 	if (timeout_us == 0)
