@@ -115,12 +115,13 @@ typedef enum DlockLockSpace
  */
 #define DLOCK_MAX_HOLDERS		1000
 
-/* GUCs (dlock.c) */
+/* The settings of the lease rules (settings.c) */
 extern int	dlock_max_ttl;		/* seconds */
 extern int	dlock_default_lock_delay;	/* milliseconds */
 extern bool dlock_lazy_release;
 extern bool dlock_durable_grants;
 extern bool dlock_allow_session_bound;
+extern void DlockSettingsDefine(void);
 
 /*
  * How long a call may wait: not at all, until a deadline, or (deadline =
@@ -388,7 +389,7 @@ extern int	LeaseRowsNewestLive(const LeaseRows *rows, TimestampTz now,
 
 /*
  * A pending item that a (sub)transaction queues for its end begins with the
- * subtransaction that made it (dlock.c states the rule that drops them)
+ * subtransaction that made it (xact_pending.c states the rule that drops them)
  */
 typedef struct PendingItem
 {
