@@ -14,7 +14,9 @@
 
 /* Exit codes, documented in --help and the README */
 #define EXIT_OK				0
-#define EXIT_NOT_HELD		1	/* release: the owner did not hold the lease */
+#define EXIT_NOT_HELD		1	/* release: the owner did not hold the lease;
+								 * force-release: none live; status NAME:
+								 * NAME has no lease */
 #define EXIT_USAGE			64	/* bad arguments (EX_USAGE) */
 #define EXIT_UNAVAILABLE	69	/* could not reach the database (EX_UNAVAILABLE) */
 #define EXIT_SOFTWARE		70	/* unexpected error from the server (EX_SOFTWARE) */

@@ -22,13 +22,35 @@ const char *progname = "dlock";
 
 static void vmessage(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
+/*
+ * vmessage - one message on stderr, ended by exactly one newline.  The
+ * newline is judged on the formatted text, not on fmt: libpq's messages
+ * (PQerrorMessage, PQresultErrorMessage) end in a newline of their own,
+ * and passed through "%s" they would otherwise leave an empty line.
+ */
 static void
 vmessage(const char *fmt, va_list ap)
 {
-	fprintf(stderr, "%s: ", progname);
-	vfprintf(stderr, fmt, ap);
-	if (fmt[strlen(fmt) - 1] != '\n')
-		fputc('\n', stderr);
+	char		buf[2048];
+	char	   *text = buf;
+	va_list		again;
+	int			len;
+
+	va_copy(again, ap);
+	len = vsnprintf(buf, sizeof(buf), fmt, ap);
+	if (len < 0)
+		buf[0] = '\0';			/* an encoding error: no text to trust */
+	else if (len >= (int) sizeof(buf) && (text = malloc(len + 1)) != NULL)
+		vsnprintf(text, len + 1, fmt, again);
+	else if (text == NULL)
+		text = buf;				/* out of memory: the message cut short */
+	va_end(again);
+	len = (int) strlen(text);
+	while (len > 0 && text[len - 1] == '\n')
+		len--;
+	fprintf(stderr, "%s: %.*s\n", progname, len, text);
+	if (text != buf)
+		free(text);
 }
 
 /* note - always shown */
@@ -140,8 +162,9 @@ usage(FILE *out)
 			"the application name defaults to dlock.\n"
 			"\n"
 			"Exit codes: the child's status for run (128+N if it died of signal N); 0 done;\n"
-			"1 release: not held by OWNER; 64 bad arguments, a ttl too short to renew, or a\n"
-			"--poll too long to keep the place in the queue;\n"
+			"1 release: not held by OWNER; force-release: no live lease; status NAME: no\n"
+			"lease of NAME; 64 bad arguments, a ttl too short to renew, or a --poll too long\n"
+			"to keep the place in the queue;\n"
 			"69 database unreachable (for run: until --wait ran out); 70 unexpected server\n"
 			"error; 75 lease busy (--conflict-exit-code); 79 lease lost, child killed;\n"
 			"128+N run stopped by signal N before the command started.\n");
@@ -277,6 +300,20 @@ cmd_status(const char *dbname, const char *name, bool json)
 				   PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
 				   expires, value_or_dash(res, i, 6), value_or_dash(res, i, 8));
 		}
+	}
+
+	/*
+	 * A NAME with no lease at all (never taken, misspelt, or purged) is
+	 * not an empty answer to pass over: a script that checks a lease by
+	 * name gets a failure, and a person a line that says so.  The empty
+	 * table or [] stays on stdout for readers of the output.
+	 */
+	if (name != NULL && PQntuples(res) == 0)
+	{
+		complain("no lease named \"%s\"", name);
+		PQclear(res);
+		PQfinish(conn);
+		return EXIT_NOT_HELD;
 	}
 	PQclear(res);
 	PQfinish(conn);

@@ -38,7 +38,10 @@
  * token, instead of waiting behind it.  When the budget is spent, dlock
  * exits 69 if the server is still out of reach, or with the conflict exit
  * code if it answered that the lease is busy.  With the default --wait 0 a
- * server that is down is tried once.
+ * server that is down is tried once, and the lease is asked for once with
+ * dlock.try_acquire, which dlock.stats counts as a refusal when the lease is
+ * busy; dlock.acquire, which counts a timeout when its wait runs out, is
+ * for a run that waits.
  *
  * Busy: a run that exits with the conflict exit code says so on stderr in
  * one line, unless --quiet: the lease, and its live holders (or the lease
@@ -819,6 +822,18 @@ release(PGconn **conn, const RunOptions *opts, Lease *lease)
 	PQclear(res);
 }
 
+/*
+ * granted - did this answer of try_acquire or acquire grant the lease?  A
+ * refusal of try_acquire is no row from a server at version 1.2 (it
+ * returns SETOF dlock.lease), and a row whose token is NULL from one at
+ * 1.0 or 1.1.
+ */
+static bool
+granted(PGresult *res)
+{
+	return db_result_ok(res) && PQntuples(res) == 1 && !PQgetisnull(res, 0, 1);
+}
+
 /* took_lease - fill in the lease from a successful acquire sent at sent_at */
 static void
 took_lease(PGresult *res, double sent_at, const RunOptions *opts, Lease *lease)
@@ -914,13 +929,8 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 		outcome = query_until(*conn, sql, nparams, params,
 							  now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, &res);
 
-		/*
-		 * A refusal is no row from a server at version 1.2 (try_acquire
-		 * returns SETOF dlock.lease), and a row whose token is NULL from one
-		 * at 1.0 or 1.1: both are "busy"
-		 */
-		if (outcome == QUERY_DONE && db_result_ok(res) && PQntuples(res) == 1 &&
-			!PQgetisnull(res, 0, 1))
+		/* a refusal, in either form (see granted), is "busy" */
+		if (outcome == QUERY_DONE && granted(res))
 		{
 			took_lease(res, sent_at, opts, lease);
 			PQclear(res);
@@ -959,22 +969,24 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
  * acquire - take the lease, waiting until wait_deadline (INFINITY: no limit)
  * and reconnecting meanwhile as needed.  Returns 0 with the lease held, or
  * the exit code of a run that ends without it.  *conn is NULL or connected.
+ *
+ * A run that is not to wait at all (try_once: --wait 0, the default) asks
+ * with dlock.try_acquire, not with dlock.acquire(timeout => 0): the answer
+ * is the same, but the server counts a refused try_acquire in dlock.stats
+ * as a refusal and an acquire that ran out of time as a timeout, and a
+ * cron job that finds its name busy has been refused, not timed out.
  */
 static int
-acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadline)
+acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadline,
+		bool try_once)
 {
 	for (;;)
 	{
 		char		timeout[64];
-		const char *params[9] = {
-			opts->name, opts->ttl, lease->owner, NULL, opts->lock_delay,
-			opts->session_bound ? "true" : "false"
-		};
-		int			nparams = 6;
+		const char *params[9] = {opts->name, opts->ttl, lease->owner};
+		int			nparams = 3;
 		char		sql[512] = "SELECT owner, token, expires_at,"
-			"       extract(epoch FROM expires_at - clock_timestamp())"
-			"  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
-			"                     $5::interval, $6::boolean";
+			"       extract(epoch FROM expires_at - clock_timestamp())";
 		double		sent_at;
 		PGresult   *res;
 		QueryOutcome outcome;
@@ -1000,13 +1012,26 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 			info("reconnected");
 		}
 
-		/* what is left of the budget; NULL waits without limit */
-		if (!isinf(wait_deadline))
+		if (try_once)
+			strncat(sql, "  FROM dlock.try_acquire($1, $2::interval, $3, $4::interval,"
+					"                         $5::boolean",
+					sizeof(sql) - strlen(sql) - 1);
+		else
 		{
-			snprintf(timeout, sizeof(timeout), "%.6f seconds",
-					 fmax(0, wait_deadline - now_s()));
-			params[3] = timeout;
+			/* what is left of the budget; NULL waits without limit */
+			params[nparams++] = NULL;
+			if (!isinf(wait_deadline))
+			{
+				snprintf(timeout, sizeof(timeout), "%.6f seconds",
+						 fmax(0, wait_deadline - now_s()));
+				params[nparams - 1] = timeout;
+			}
+			strncat(sql, "  FROM dlock.acquire($1, $2::interval, $3, $4::interval,"
+					"                     $5::interval, $6::boolean",
+					sizeof(sql) - strlen(sql) - 1);
 		}
+		params[nparams++] = opts->lock_delay;
+		params[nparams++] = opts->session_bound ? "true" : "false";
 		lease_arguments(opts, sql, sizeof(sql), params, &nparams);
 		strncat(sql, ")", sizeof(sql) - strlen(sql) - 1);
 		sent_at = now_s();
@@ -1016,7 +1041,7 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 		if (outcome == QUERY_SIGNALLED)
 		{
 			/* the grant won the race with the cancel: give it back */
-			if (db_result_ok(res))
+			if (granted(res))
 			{
 				took_lease(res, sent_at, opts, lease);
 				release(conn, opts, lease);
@@ -1024,11 +1049,18 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 			PQclear(res);
 			return stopped(opts);
 		}
-		if (outcome == QUERY_DONE && db_result_ok(res))
+		if (outcome == QUERY_DONE && granted(res))
 		{
 			took_lease(res, sent_at, opts, lease);
 			PQclear(res);
 			return EXIT_OK;
+		}
+		if (outcome == QUERY_DONE && db_result_ok(res))
+		{
+			/* try_acquire refused: the name is busy */
+			say_busy(*conn, opts);
+			PQclear(res);
+			return opts->conflict_exit_code;
 		}
 		if (outcome == QUERY_DONE && !connection_lost(*conn, res))
 		{
@@ -1153,6 +1185,7 @@ run_command(const RunOptions *opts)
 	int			code;
 	const char *lost = NULL;
 	bool		killed = false;
+	bool		try_once = false;	/* --wait 0: no waiting at all */
 
 	install_handlers();
 
@@ -1178,7 +1211,11 @@ run_command(const RunOptions *opts)
 
 	lease.ttl_s = check_duration(conn, "--ttl", opts->ttl, true);
 	if (opts->wait != NULL)
-		wait_deadline = started + check_duration(conn, "--wait", opts->wait, false);
+	{
+		wait_s = check_duration(conn, "--wait", opts->wait, false);
+		wait_deadline = started + wait_s;
+		try_once = wait_s == 0;
+	}
 	if (opts->lock_delay != NULL)
 		(void) check_duration(conn, "--lock-delay", opts->lock_delay, false);
 	kill_after = check_duration(conn, "--kill-after", opts->kill_after, false);
@@ -1219,7 +1256,7 @@ run_command(const RunOptions *opts)
 	if (opts->poll != NULL)
 		code = acquire_by_polling(&conn, opts, &lease, wait_deadline, poll_s);
 	else
-		code = acquire(&conn, opts, &lease, wait_deadline);
+		code = acquire(&conn, opts, &lease, wait_deadline, try_once);
 	if (code != EXIT_OK)
 	{
 		PQfinish(conn);

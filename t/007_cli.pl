@@ -12,7 +12,11 @@
 # -q); options may come before or after the command; --version prints
 # META.json's version, built in from there; status shows owners where
 # dlock.leases does, and values; make install-cli says which dlock runs when
-# another dlock is on PATH.
+# another dlock is on PATH.  The crontab lines of the README and of the
+# manual run under cron's environment after make install and after the
+# package alike; status NAME of a name with no lease says so and exits 1; a
+# busy run without --wait counts in dlock.stats as a refusal, not a timeout;
+# a message that ends with libpq's own newline leaves no empty line.
 
 use strict;
 use warnings FATAL => 'all';
@@ -123,6 +127,10 @@ foreach my $args (
 	($rc, $out, $err) = run_dlock(@$args);
 	is($rc, 69, "dlock @$args: the connection option applies (69: no such database)");
 }
+# libpq's message ends in a newline of its own: no empty line after it
+($rc, $out, $err) = run_dlock('status', '-d', $nodb);
+like($err, qr/^dlock: could not connect to the database: [^\n]*FATAL:  database "no_such_database" does not exist\n\z/,
+	'the server\'s FATAL message is one line on stderr, with no empty line after it');
 foreach my $args ([ '-v', 'run', 'opts', '--', 'true' ], [ 'run', '-v', 'opts', '--', 'true' ],
 	[ 'run', 'opts', '--verbose', '--', 'true' ])
 {
@@ -238,6 +246,109 @@ SKIP:
 	($mrc, $merr) = run_make($ENV{TESTDIR}, "$dir/pkg:$system", 'install-cli',
 		"CLI_BINDIR=$dir/staged", "DESTDIR=$dir/stage");
 	is("$mrc [$merr]", '0 []', 'staged for a package (DESTDIR): nothing to say');
+}
+
+# The crontab lines of the README and the manual: the lines of their ```sh
+# blocks that start with a schedule of five fields and run dlock
+sub crontab_lines
+{
+	my ($file) = @_;
+	my $text = PostgreSQL::Test::Utils::slurp_file($file);
+	my @lines;
+	while ($text =~ /^```sh\n(.*?)^```/msg)
+	{
+		push @lines, grep { /^(?:\S+\s+){5}.*\bdlock\b/ } split /\n/, $1;
+	}
+	return @lines;
+}
+
+# Run a crontab line as Debian's cron runs it, on a system whose files are
+# under $root: the command part through /bin/sh -c, with nothing of this
+# environment but cron's own (SHELL, HOME, LOGNAME, PATH=/usr/bin:/bin).
+# The line's /usr/local/bin, /usr/bin and /bin, and cron's PATH, are taken
+# to be $root's, so that a dlock of this machine is never found instead;
+# the line's server is the test's.  Returns (exit status, stdout, stderr).
+sub run_as_cron
+{
+	my ($root, $line) = @_;
+	my $command = (split ' ', $line, 6)[5];
+	my $under_root = sub { $_[0] =~ s{(?<![\w./-])(/usr/local/bin|/usr/bin|/bin)(?=[/:\s]|\z)}{$root$1}gr };
+	$command = $under_root->($command);
+	$command =~ s/\bPGHOST=\S+/'PGHOST=' . $node->host . ' PGPORT=' . $node->port/e
+	  or die "no PGHOST= in the crontab line: $line";
+	$command =~ s/\bPGDATABASE=\S+/PGDATABASE=postgres/ or die "no PGDATABASE= in the crontab line: $line";
+	my ($cout, $cerr) = ('', '');
+	IPC::Run::run([ 'env', '-i', 'SHELL=/bin/sh', "HOME=$dir", 'LOGNAME=' . getpwuid($<),
+			'PATH=' . $under_root->('/usr/bin:/bin'), '/bin/sh', '-c', $command ],
+		'>', \$cout, '2>', \$cerr);
+	return ($? >> 8, $cout, $cerr);
+}
+
+SKIP:
+{
+	skip 'no source tree with the Makefile', 12 unless -f "$ENV{TESTDIR}/Makefile" && -x "$ENV{TESTDIR}/cli/dlock";
+
+	note 'the documented crontab lines, run as cron runs them, after make install and after the package';
+	my @documented = map { my $f = $_; map { [ $f, $_ ] } crontab_lines("$ENV{TESTDIR}/$f") }
+	  'README.md', 'docs/dlock-cli.md';
+	is(join(' ', sort map { $_->[0] } @documented), 'README.md docs/dlock-cli.md',
+		'the README and the manual each give one crontab line');
+
+	# make install with its defaults, into a directory; and the package's
+	# install, as debian/rules makes it
+	my %roots = ('make install' => "$dir/root-make-install", 'the package' => "$dir/root-package");
+	my ($mrc, $merr);
+	{
+		local %ENV = %ENV;
+		delete $ENV{CLI_BINDIR};
+		($mrc, $merr) = run_make($ENV{TESTDIR}, $ENV{PATH}, 'install', "DESTDIR=$roots{'make install'}");
+	}
+	is($mrc, 0, 'make install into a directory') or diag $merr;
+	ok(-x "$roots{'make install'}/usr/local/bin/dlock" && !-e "$roots{'make install'}/usr/bin/dlock",
+		'make install puts dlock in /usr/local/bin, not in /usr/bin');
+	($mrc, $merr) = run_make($ENV{TESTDIR}, $ENV{PATH}, 'install-cli', 'CLI_BINDIR=/usr/bin',
+		"DESTDIR=$roots{'the package'}");
+	is($mrc, 0, 'the package\'s install (CLI_BINDIR=/usr/bin) into a directory') or diag $merr;
+
+	# the line the manual gave before, which named the package's dlock
+	my $old = '*/5 * * * *  PGHOST=db.internal PGDATABASE=app /usr/bin/dlock run sync-invoices --ttl 1min -q -- /usr/local/bin/sync-invoices';
+
+	# the jobs the lines run, in each root: they print the lease they run under
+	foreach my $root (values %roots)
+	{
+		foreach my $job (map { m{ -- /usr/local/bin/(\S+)} } (map { $_->[1] } @documented), $old)
+		{
+			make_path("$root/usr/local/bin");
+			open my $fh, '>', "$root/usr/local/bin/$job" or die $!;
+			print $fh "#!/bin/sh\necho \"\$DLOCK_NAME \$DLOCK_TOKEN\"\n";
+			close $fh;
+			chmod 0755, "$root/usr/local/bin/$job";
+		}
+	}
+
+	foreach my $doc (@documented)
+	{
+		my ($file, $line) = @$doc;
+		my ($lease) = $line =~ /\bdlock run (\S+)/;
+		foreach my $install (sort keys %roots)
+		{
+			($rc, $out, $err) = run_as_cron($roots{$install}, $line);
+			like("$rc $out", qr/^0 \Q$lease\E \d+\n\z/,
+				"$file\'s crontab line, after $install: the job runs under the lease")
+			  or diag "$line\n$err";
+		}
+	}
+
+	# the old line: cron does not find its dlock after make install; nor a
+	# bare "dlock" on cron's own PATH
+	($rc, $out, $err) = run_as_cron($roots{'the package'}, $old);
+	like("$rc $out", qr/^0 sync-invoices \d+\n\z/, 'a line naming /usr/bin/dlock runs after the package');
+	($rc, $out, $err) = run_as_cron($roots{'make install'}, $old);
+	is("$rc [$out]", '127 []', 'but not after make install: the shell does not find the command (127)');
+	like($err, qr{/usr/bin/dlock: .*not found}, 'and says so');
+	(my $bare = $old) =~ s{/usr/bin/dlock}{dlock};
+	($rc, $out, $err) = run_as_cron($roots{'make install'}, $bare);
+	is("$rc [$out]", '127 []', 'nor does "dlock" without a PATH of its own: cron\'s PATH is /usr/bin:/bin');
 }
 
 note 'the child sees the lease, and it is released on exit';
@@ -464,6 +575,31 @@ like($restart_err, qr/reconnected/, 'the client reconnected to renew');
 cmp_ok(last_tick($ticks), '>', time - 1.5, 'the child ran to its end');
 is(state_of('restart'), 'released', 'the lease was released after the restart');
 
+note 'run -v: a FATAL message while renewing is one line, with no empty line after it';
+{
+	my ($vout, $verr) = ('', '');
+	local $ENV{PGAPPNAME} = 'dlock-terminated';
+	my $run = IPC::Run::start([ $dlock, 'run', 'terminated', '--ttl', '3s', '-v', '--', 'sleep', '2' ],
+		'>', \$vout, '2>', \$verr);
+	$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'terminated' AND state = 'live'})
+	  or die 'run did not start';
+	# before the first renew, at ttl/3
+	$node->safe_psql('postgres',
+		q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE application_name = 'dlock-terminated' AND pid <> pg_backend_pid()});
+	$run->finish;
+	is($run->full_result >> 8, 0, 'the run rode out its terminated connection');
+	is(scalar(grep { $_ eq '' } split /\n/, $verr), 0, 'stderr has no empty line') or diag $verr;
+	my $lines = join '',
+	  qr/dlock: acquired lease "terminated" with token \d+, owner [0-9a-f]{32}\n/,
+	  qr/dlock: renew failed: FATAL:  terminating connection due to administrator command\n/,
+	  qr/dlock: reconnected\n/,
+	  qr/(?:dlock: renewed lease "terminated" until [^\n]+\n)+/,
+	  qr/dlock: released lease "terminated"\n/;
+	like($verr, qr/^$lines\z/,
+		'stderr is exactly: acquired, renew failed (FATAL), reconnected, renewed, released') or diag $verr;
+}
+
 note 'signals are forwarded';
 my $trap = "$dir/trapped";
 $h = IPC::Run::start([ $dlock, 'run', 'signals', '--', 'sh', '-c',
@@ -557,6 +693,18 @@ $node->safe_psql('postgres', q{SELECT dlock.acquire('manual', '1h', 'me')});
 ($rc) = run_dlock('force-release', 'manual');
 is($rc, 0, 'force-release exits 0');
 is(state_of('manual'), 'force_released', 'and ended the lease');
+($rc, $out, $err) = run_dlock('status', 'manual');
+like("$rc $out", qr/^0 .*\nmanual\s+\d+\s+exclusive\s+\S+\s+force_released\s/s,
+	'status of a name whose leases have ended shows them, and exits 0');
+is($err, '', 'and says nothing on stderr');
+($rc, $out, $err) = run_dlock('status', 'never-taken');
+is($rc, 1, 'status of a name with no lease exits 1');
+is($err, "dlock: no lease named \"never-taken\"\n", 'and says so on stderr');
+is(scalar(() = $out =~ /\n/g), 1, 'with the header alone on stdout');
+($rc, $out, $err) = run_dlock('status', 'never-taken', '--json');
+is("$rc $out", "1 []\n", 'with --json: exit 1 and an empty array');
+($rc, $out, $err) = run_dlock('status', 'never-taken', '-q');
+is("$rc [$err]", '1 []', 'with -q: exit 1, and nothing on stderr');
 
 note 'status and a busy run show the owner to the roles dlock.leases shows it to';
 {
@@ -736,6 +884,22 @@ note 'run --poll: the place in the queue outlives every gap between polls';
 	($rc, $out) = run_dlock('run', 'polled', '--ttl', '2s', '--poll', '1.7s', '--', 'echo', 'ran');
 	is("$rc $out", "0 ran\n", 'a --poll within the validity is accepted');
 
+	note 'dlock.stats counts a busy run without --wait as a refusal, one that waited in vain as a timeout';
+	$pnode->safe_psql('postgres', q{SELECT dlock.acquire('counted', '1h', 'holder')});
+	my $counts = sub {
+		$pnode->safe_psql('postgres',
+			q{SELECT format('refusals=%s waits=%s timeouts=%s', refusals, waits, timeouts) FROM dlock.stats WHERE name = 'counted'});
+	};
+	($rc) = run_dlock('run', 'counted', '--', 'true');
+	is($rc, 75, 'a busy run without --wait: the conflict exit code');
+	is($counts->(), 'refusals=1 waits=0 timeouts=0', 'and dlock.stats counts a refusal, not a timeout');
+	($rc) = run_dlock('run', 'counted', '--wait', '0s', '--', 'true');
+	is($counts->(), 'refusals=2 waits=0 timeouts=0', 'so it does with --wait 0s');
+	($rc) = run_dlock('run', 'counted', '--wait', '200ms', '--', 'true');
+	is($rc, 75, 'a busy run whose --wait runs out: the conflict exit code');
+	is($counts->(), 'refusals=2 waits=1 timeouts=1', 'and dlock.stats counts a wait and a timeout');
+	$pnode->safe_psql('postgres', q{SELECT dlock.release('counted', 'holder')});
+
 	$pnode->safe_psql('postgres', q{SELECT dlock.acquire('queued', '1h', 'holder')});
 	my ($pout, $perr) = ('', '');
 	my $poller = IPC::Run::start([ $dlock, 'run', 'queued', '--ttl', '2s', '--poll', '400ms',
@@ -780,6 +944,10 @@ note 'run --poll: the place in the queue outlives every gap between polls';
 		is($rc, 75, "--poll on a busy name at $version: the conflict exit code");
 		ok(!-e $ran, "at $version: the command did not run");
 		like($err, qr/^dlock: lease "busy" is busy: held by owner holder /, "at $version: and says who holds it");
+		($rc, $out, $err) = run_dlock('run', 'busy', '-d', "dbname=$db", '--', 'touch', $ran);
+		like("$rc $err", qr/^75 dlock: lease "busy" is busy: held by owner holder /,
+			"at $version: a run without --wait reads the refusal as busy too");
+		ok(!-e $ran, "at $version: and did not run the command");
 		$pnode->safe_psql($db, q{SELECT dlock.release('busy', 'holder')});
 		($rc, $out) = run_dlock('run', 'busy', '-d', "dbname=$db", '--ttl', '2s', '--poll', '300ms',
 			'--wait', '5s', '--', 'sh', '-c', 'echo $DLOCK_TOKEN');
