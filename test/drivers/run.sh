@@ -7,9 +7,22 @@
 # pgbouncer in front of it (pool_mode = transaction, password auth), then
 # runs every executable test/drivers/*/run with the environment below.  A
 # run prints "ok - ..." / "not ok - ..." lines and exits non-zero when
-# something failed.  Before them, each code block of docs/drivers/*.md that
-# follows a line "<!-- file: PATH -->" is checked to equal that file, so the
-# docs cannot drift from what is tested.  Ends with "N passed, N failed".
+# something failed.  Ends with "N passed, N failed".
+#
+# The docs are tested too, so that they cannot drift from what is tested.
+# Every fenced code block of docs/drivers/*.md follows, on the line right
+# before it, one of these markers (a block without one fails):
+#   <!-- file: PATH -->      the block equals the file PATH (checked before
+#                            the drivers run)
+#   <!-- setup -->           SQL that the doc's examples need: run with psql,
+#                            as the application role, before each of them
+#   <!-- example: RUNNER --> a usage example, run as pasted by the executable
+#                            RUNNER (test/drivers/DRIVER/example, after that
+#                            driver's run) on an empty database with dlock
+#                            installed, after the doc's setup blocks, directly
+#                            and through pgbouncer.  It must exit 0 and do its
+#                            write: run each job of the jobs table once, under
+#                            its lease's token, and release the lease.
 #
 # Environment of a run (its working directory is its own directory):
 #   DLOCK_DIRECT_URL    postgresql://app:pw@127.0.0.1:PORT/drivers (the server)
@@ -21,6 +34,10 @@
 #   DLOCK_SUPER_URL     a superuser connection, for set-up and inspection
 #   DLOCK_SCRATCH       a private directory the run may write into
 #   PATH                with PostgreSQL's bin directory (psql) first
+# and of an example's RUNNER, which gets the example's file as its argument:
+#   DATABASE_URL        postgresql://app:pw@127.0.0.1:PORT/DB, the empty
+#                       database, directly or through pgbouncer
+#   JDBC_DATABASE_URL   the same as a JDBC URL, credentials included
 #
 # Assumes dlock is installed (make test-drivers installs it first); installs
 # the drivers' Debian packages when missing.  DRIVERS="python node" runs only
@@ -52,37 +69,126 @@ result() {
 }
 
 #
-# The docs: every block marked with a file name equals that file
+# The docs: every block marked with a file equals it, every other block is
+# an example or its setup, recorded for run_examples
 #
 check_docs() {
-    local doc path block n
+    local doc rel setup kind arg line n examples=0
+    : >"$WORK/examples"
+    : >"$WORK/examples-run"
     for doc in "$SRC_DIR"/docs/drivers/*.md; do
         [ -e "$doc" ] || continue
+        rel=${doc#"$SRC_DIR"/}
+        setup=$WORK/setup-$(basename "$doc" .md).sql
+        : >"$setup"
         n=0
-        # "path<TAB>line" for each marker, the block's text into a file each
+        # "kind<TAB>arg<TAB>line" for each fenced block, the line being the
+        # marker's (kind "none": no marker right before the block), or for a
+        # marker that no block follows ("dangling"); each block's text into
+        # a file
         awk -v out="$WORK/doc-block." '
-            # a marker, then the next fenced block is its file
-            match($0, /^<!-- file: [^ ]+ -->$/) {
-                path = $3; line = NR; want = 1; next
+            function marker(k, a) {
+                if (kind != "") printf "dangling\t%s\t%d\n", arg, line
+                kind = k; arg = a; line = NR
             }
-            want && /^```/ { want = 0; inside = 1; n++; f = out n; printf "" > f
-                             printf "%s\t%d\n", path, line; next }
             inside && /^```$/ { inside = 0; close(f); next }
-            inside { print > f }
+            inside { print > f; next }
+            /^<!-- file: [^ ]+ -->$/ { marker("file", $3); next }
+            /^<!-- example: [^ ]+ -->$/ { marker("example", $3); next }
+            /^<!-- setup -->$/ { marker("setup", "-"); next }
+            /^```/ {
+                inside = 1; n++; f = out n; printf "" > f
+                if (kind == "") printf "none\t-\t%d\n", NR
+                else printf "%s\t%s\t%d\n", kind, arg, line
+                kind = ""; next
+            }
+            kind != "" { printf "dangling\t%s\t%d\n", arg, line; kind = "" }
+            END { if (kind != "") printf "dangling\t%s\t%d\n", arg, line }
         ' "$doc" >"$WORK/doc-blocks"
-        while IFS=$'\t' read -r path block; do
-            n=$((n + 1))
-            if [ ! -f "$SRC_DIR/$path" ]; then
-                result not "${doc#"$SRC_DIR"/}: $path, named at line $block, exists"
-            elif diff -u "$SRC_DIR/$path" "$WORK/doc-block.$n" >"$WORK/doc.diff"; then
-                result ok "${doc#"$SRC_DIR"/}: the block at line $block equals $path"
-            else
-                result not "${doc#"$SRC_DIR"/}: the block at line $block equals $path"
-                head -n 40 "$WORK/doc.diff" | sed 's/^/# /'
-            fi
+        while IFS=$'\t' read -r kind arg line; do
+            [ "$kind" = dangling ] || n=$((n + 1))
+            case $kind in
+            file)
+                if [ ! -f "$SRC_DIR/$arg" ]; then
+                    result not "$rel: $arg, named at line $line, exists"
+                elif diff -u "$SRC_DIR/$arg" "$WORK/doc-block.$n" >"$WORK/doc.diff"; then
+                    result ok "$rel: the block at line $line equals $arg"
+                else
+                    result not "$rel: the block at line $line equals $arg"
+                    head -n 40 "$WORK/doc.diff" | sed 's/^/# /'
+                fi ;;
+            setup)
+                cat "$WORK/doc-block.$n" >>"$setup" ;;
+            example)
+                examples=$((examples + 1))
+                cp "$WORK/doc-block.$n" "$WORK/example.$examples"
+                printf '%s\t%s\t%s\t%s\t%s\n' "$arg" "$rel" "$line" "$examples" "$setup" \
+                    >>"$WORK/examples" ;;
+            none)
+                result not "$rel: the block at line $line is a tested file, setup or example (a marker on the line before it)" ;;
+            dangling)
+                result not "$rel: the marker at line $line is right before a block" ;;
+            esac
         done <"$WORK/doc-blocks"
-        [ "$n" -gt 0 ] || result not "${doc#"$SRC_DIR"/}: names at least one tested file"
+        grep -q '^file' "$WORK/doc-blocks" || result not "$rel: names at least one tested file"
     done
+}
+
+# What an example must have done on its database: run every job of the table
+# once, under the token of the job's lease, and released that lease
+EXAMPLE_DID_ITS_WRITE="
+SELECT count(*) > 0 AND bool_and(j.runs = 1 AND l.token = j.done_by AND l.state = 'released')
+  FROM jobs j LEFT JOIN dlock.leases l ON l.name = 'job:' || j.id"
+
+# run_examples DIR: the examples whose runner is in DIR, each on an empty
+# database of its own with dlock installed, directly and through pgbouncer
+run_examples() {
+    local dir=$1 runner rel line n setup way port db jdbc out rc did what
+    while IFS=$'\t' read -r runner rel line n setup; do
+        [ "$(dirname "$SRC_DIR/$runner")" = "$dir" ] || continue
+        echo "$n" >>"$WORK/examples-run"
+        if [ ! -x "$SRC_DIR/$runner" ]; then
+            result not "$rel: $runner, named at line $line, is an executable"
+            continue
+        fi
+        for way in direct "through pgbouncer"; do
+            port=$PG_PORT
+            [ "$way" = direct ] || port=$BOUNCER_PORT
+            db=example_${n}_$port
+            super -d postgres -c "CREATE DATABASE $db OWNER app"
+            super -d "$db" -c "CREATE EXTENSION dlock"
+            jdbc="jdbc:postgresql://127.0.0.1:$port/$db?user=app&password=pw"
+            [ "$way" = direct ] || jdbc="$jdbc&prepareThreshold=0"
+            out=$WORK/example.$n.out
+            set +e
+            # the setup as a reader runs it, with psql as the application
+            # role, then the example
+            {
+                psql -X -q -v ON_ERROR_STOP=1 -d "postgresql://app:pw@127.0.0.1:$PG_PORT/$db" \
+                    -f "$setup" &&
+                    (cd "$DLOCK_SCRATCH" &&
+                     DATABASE_URL="postgresql://app:pw@127.0.0.1:$port/$db" \
+                     JDBC_DATABASE_URL=$jdbc timeout 120 "$SRC_DIR/$runner" "$WORK/example.$n")
+            } </dev/null >"$out" 2>&1
+            rc=$?
+            did=$(super -d "$db" -c "$EXAMPLE_DID_ITS_WRITE" 2>&1)
+            set -e
+            what="$rel: the example at line $line runs as pasted on an empty database, $way, and does its write"
+            if [ "$rc" -eq 0 ] && [ "$did" = t ]; then
+                result ok "$what"
+            else
+                result not "$what"
+                echo "#   exit status $rc; did its write: ${did%%$'\n'*}"
+                tail -n 20 "$out" | sed 's/^/#   /'
+                super -d "$db" -c "SELECT * FROM jobs" 2>/dev/null | sed 's/^/#   jobs: /' || true
+            fi
+            # pgbouncer first lets go of its server connections to the
+            # database, which it would otherwise see killed under it
+            [ "$way" = direct ] ||
+                psql -X -q -d "$DLOCK_BOUNCER_ADMIN" -c "KILL $db" >/dev/null || true
+            super -d postgres -c "DROP DATABASE $db WITH (FORCE)"
+        done
+    done <"$WORK/examples"
 }
 
 #
@@ -129,6 +235,8 @@ mkdir "$B"
 cat >"$B/pgbouncer.ini" <<EOF
 [databases]
 $DB = host=127.0.0.1 port=$PG_PORT dbname=$DB
+; any other database (the examples' empty ones) on the same server
+* = host=127.0.0.1 port=$PG_PORT
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -175,7 +283,7 @@ else
     cat "$B/pgbouncer.log"
 fi
 
-say "docs/drivers: each block marked with a file equals it"
+say "docs/drivers: each block marked with a file equals it, every other is tested"
 check_docs
 
 #
@@ -208,7 +316,21 @@ for run in "$DRIVERS_DIR"/*/run; do
     say "$name: $ok passed, $bad failed in $(($(date +%s) - start)) s"
     passed=$((passed + ok))
     failed=$((failed + bad))
+    # the docs' examples that this driver runs, now that its run has
+    # installed what they need
+    if grep -q "^${dir#"$SRC_DIR"/}/" "$WORK/examples"; then
+        say "$name: the examples of docs/drivers/, as pasted"
+        run_examples "$dir"
+    fi
 done
+
+# an example whose runner is in no driver's directory was never run
+while IFS=$'\t' read -r runner rel line n setup; do
+    name=$(basename "$(dirname "$runner")")
+    if [ -n "${DRIVERS:-}" ] && [[ " $DRIVERS " != *" $name "* ]]; then continue; fi
+    grep -qx "$n" "$WORK/examples-run" ||
+        result not "$rel: the example at line $line was run by a driver's run ($runner)"
+done <"$WORK/examples"
 
 [ "$failed" -eq 0 ] || { echo "# pgbouncer's log:"; tail -n 20 "$B/pgbouncer.log" | sed 's/^/# /'; }
 echo "$passed passed, $failed failed"

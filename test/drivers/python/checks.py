@@ -10,7 +10,8 @@ psycopg2's implicit transaction, psycopg 3's pipeline mode, SQLAlchemy's
 bulk update without synchronize_session='fetch', the ttl's Python type,
 psycopg 3's prepared statements through pgbouncer, dlock.allow_session_bound
 set with ALTER ROLE behind pgbouncer, a waiting acquire() against CREATE
-INDEX CONCURRENTLY; and the Alembic migration run by three processes at once.
+INDEX CONCURRENTLY; and the Alembic migration run by three processes at once,
+then with its lease lost in the middle of the index build, and run again.
 """
 import asyncio
 import os
@@ -558,6 +559,78 @@ check(early is not None and early[0].startswith("migrate-") and early[2] == "liv
       and during == early and lease("migrations")[2] == "released",
       "migration: one migrator's lease (ttl 1 s) stayed live through the 2.5 s index build,"
       " renewed, and was released", (early, during, lease("migrations")))
+
+
+#
+# The migration once more, its lease lost in the middle of the index build:
+# the build is cancelled and leaves the index INVALID, which the next
+# deployer drops and builds again
+#
+def deployer():
+    return subprocess.Popen([sys.executable, "-m", "alembic", "-c",
+                             os.path.join(HERE, "migrations", "alembic.ini"),
+                             "-x", "lease_ttl=1", "-x", "lease_wait=60", "upgrade", "head"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def done_by_index():
+    """[(oid, valid)] of every index named jobs_done_by"""
+    return sup.execute("""SELECT i.indexrelid::oid::bigint, i.indisvalid FROM pg_index i
+                            JOIN pg_class c ON c.oid = i.indexrelid
+                           WHERE c.relname = 'jobs_done_by'""").fetchall()
+
+
+def stamped():
+    if one("SELECT to_regclass('alembic_version')")[0] is None:
+        return []
+    return sup.execute("SELECT version_num FROM alembic_version").fetchall()
+
+
+sup.execute("DROP INDEX IF EXISTS jobs_done_by; DROP TABLE IF EXISTS alembic_version")
+# the build waits for this transaction, which writes jobs, after the index
+# is in the catalog (INVALID) and before it is built
+blocker = psycopg.connect(SUPER)
+blocker.execute("LOCK TABLE jobs IN ROW EXCLUSIVE MODE")
+first = deployer()
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline and one(
+        "SELECT count(*) FROM pg_stat_progress_create_index"
+        " WHERE phase = 'waiting for writers before build'")[0] == 0:
+    time.sleep(0.1)
+held = lease("migrations")
+cut = done_by_index()
+free("migrations")              # lost: force-released under the migrator
+try:
+    first_out = first.communicate(timeout=30)[0]
+except subprocess.TimeoutExpired:
+    first.kill()
+    first_out = first.communicate()[0] + "\n(still running after 30 s: killed)"
+blocker.rollback()
+blocker.close()
+left = done_by_index()
+check(held is not None and held[0].startswith("migrate-") and held[2] == "live"
+      and len(cut) == 1 and not cut[0][1] and first.returncode != 0
+      and "canceling statement due to user request" in first_out
+      and left == cut and stamped() == [],
+      "migration: a lease lost in the middle of the index build cancels the build, which"
+      " leaves the index INVALID and the version not stamped",
+      (held, cut, first.returncode, left, stamped(), first_out))
+second = deployer()
+second_out = second.communicate(timeout=60)[0]
+rebuilt = done_by_index()
+check(second.returncode == 0 and "Running upgrade" in second_out
+      and len(rebuilt) == 1 and rebuilt[0][1] and rebuilt[0][0] != cut[0][0]
+      and stamped() == [("0001",)],
+      "migration: the next deployer drops the INVALID index, builds it again, valid,"
+      " and stamps the version", (second.returncode, rebuilt, stamped(), second_out))
+# built, then the migrator died before the version was stamped
+sup.execute("DELETE FROM alembic_version")
+third = deployer()
+third_out = third.communicate(timeout=60)[0]
+check(third.returncode == 0 and "Running upgrade" in third_out
+      and done_by_index() == rebuilt and stamped() == [("0001",)],
+      "migration: a deployer that finds the index built but the version not stamped keeps"
+      " the index and stamps the version", (third.returncode, done_by_index(), third_out))
 
 sup.close()
 sys.exit(1 if failed else 0)

@@ -14,7 +14,10 @@ table), and a stalled migrator would keep everyone out that long; through a
 transaction pooler a session-bound lease ends under the migrator (and roles
 behind one have them turned off).  A renewed short ttl frees the name soon
 after a migrator dies.  If a renewal fails (the lease was lost), the
-migration is cancelled rather than left to run alongside the next migrator.
+migration is cancelled rather than left to run alongside the next migrator;
+a cancelled CREATE INDEX CONCURRENTLY leaves its index INVALID, which the
+next migrator's run of the migration must drop and build again (see
+versions/0001_jobs_done_by_index.py).
 
 How to wait: by polling try_acquire, not in acquire().  A session waiting in
 acquire() keeps a snapshot open for its whole wait, and CREATE INDEX
