@@ -53,19 +53,40 @@
  * Each held lock takes an entry of the shared lock table: the name's lock,
  * and a pin for each of its rows outside slot 0 (a semaphore of 16 permits
  * has 16 rows: 16 locks).  So a call is budgeted by locks, not by names: it
- * stops taking names once the locks it holds would pass PurgeLockBudget(),
- * at most PURGE_MAX_LOCKS and at most a quarter of the lock table, and
- * returns how many names it deleted.  The first name of a call is taken
- * whatever its rows need, so that a name with more rows than the budget is
- * purged too, by a call of its own.  A job that calls it again while it
- * returns more than 0, each call in its own transaction, purges any number
- * of names without running the lock table out (53200) for itself or for
- * others.  A grant of a name being purged (a name nobody used for
- * older_than) waits at most until the end of that transaction, which
- * deletes one batch; try_acquire() returns NULL then, as for any name that
- * is being changed.  purge() itself never waits for a name's lock, so it
- * cannot take part in a deadlock with dlock's other calls, whatever its
- * transaction holds.
+ * never holds more than PurgeLockBudget() of them, at most PURGE_MAX_LOCKS
+ * and at most a quarter of the lock table, whatever a name needs.  A name
+ * whose locks fit in what is left of the budget is deleted whole.  A name
+ * that would fit in a budget of its own, but not in what is left, stops the
+ * call; the next call starts on its page (see below).  A name whose rows
+ * need more locks than a whole budget (up to DLOCK_MAX_HOLDERS rows, against
+ * a small lock table) could never be deleted whole without running the lock
+ * table out (53200) for the purge and for everyone else, at every call, so
+ * it is purged in parts: the call deletes as many of its rows as the locks
+ * left allow, those of its highest slots, and then stops.  Slot 0's row goes
+ * with the last part.  A part follows the rules above as a whole name does:
+ * every row of the name is read again and classified under the name's lock,
+ * the name is purged only if all of them are free and long ended, each
+ * deleted row's pin is taken and every lock is kept to commit, so a grant
+ * or a change of the name waits for that commit and then finds the rows
+ * that are left.  Those are the rows of the name's lowest slots, a state
+ * that grants already meet (a slot without a row is free to them, as after
+ * a grant into a higher slot committed and one into a lower slot rolled
+ * back), and their tokens, like the deleted ones, fence false: they are
+ * not live.  A later grant into a deleted slot inserts a row with a new
+ * token, larger than every token issued before.
+ *
+ * A call returns how many names it deleted rows of, wholly or in part: a
+ * name purged in parts counts once in each call that deletes some of its
+ * rows.  A job that calls it again while it returns more than 0, each call
+ * in its own transaction, purges any number of names, however many permits
+ * each had, without running the lock table out for itself or for others:
+ * every call that finds a name that may go deletes rows, as its first such
+ * name always fits in, or is purged in part within, a whole budget.  A grant
+ * of a name being purged (a name nobody used for older_than) waits at most
+ * until the end of that transaction, which deletes one batch; try_acquire()
+ * returns NULL then, as for any name that is being changed.  purge() itself
+ * never waits for a name's lock, so it cannot take part in a deadlock with
+ * dlock's other calls, whatever its transaction holds.
  *
  * The table is scanned with SnapshotSelf, which takes no SSI predicate
  * locks, so a purge in a SERIALIZABLE transaction does not make other
@@ -132,8 +153,9 @@ PG_FUNCTION_INFO_V1(dlock_purge);
 typedef enum PurgeOutcome
 {
 	PURGE_DELETED,				/* its rows were deleted; locks held */
+	PURGE_PART,					/* some of its rows were deleted; locks held */
 	PURGE_SKIPPED,				/* it may not be purged now; no lock held */
-	PURGE_OVER_BUDGET			/* its locks would pass the budget */
+	PURGE_OVER_BUDGET			/* it fits in a budget, not in what is left */
 } PurgeOutcome;
 
 
@@ -155,13 +177,16 @@ LeaseEndMoment(const LeaseRow *row)
  * PurgeLockBudget - the locks one call may hold: PURGE_MAX_LOCKS, and no
  * more than a quarter of the shared lock table (as PostgreSQL sizes it:
  * max_locks_per_transaction per backend and prepared transaction)
+ *
+ * At least 2, the name's lock and one pin, so that a part of any name fits:
+ * the table has far more room than that at the smallest settings.
  */
 static int
 PurgeLockBudget(void)
 {
 	int64		table = (int64) max_locks_per_xact * (MaxBackends + max_prepared_xacts);
 
-	return (int) Max(Min(table / PURGE_LOCK_TABLE_SHARE, PURGE_MAX_LOCKS), 1);
+	return (int) Max(Min(table / PURGE_LOCK_TABLE_SHARE, PURGE_MAX_LOCKS), 2);
 }
 
 /*
@@ -198,21 +223,31 @@ TakePin(const LeaseName *name, const LeaseRow *row, LOCKTAG *pin)
 
 /*
  * PurgeName - delete the rows of a candidate that the scan found, if it may
- * be purged: every row of the name (one per slot) must be.  room: the locks
- * it may take (the name's lock and the pins of the rows outside slot 0).
- * When the rows are deleted, those locks stay held until the end of the
- * transaction, and *locks says how many they are.
+ * be purged: every row of the name (one per slot) must be.
+ *
+ * room: the locks left in the call's budget; budget: the whole budget.  The
+ * name's lock and the pins of the rows outside slot 0 are taken for the rows
+ * deleted.  When they fit in room, every row is deleted.  When they do not
+ * fit in room but do in a budget, or room has no place for a pin, nothing is
+ * done: the next call starts with room for the name.  When they would not
+ * fit in any budget, the rows of the highest slots are deleted, as many as
+ * room allows (slot 0's is never among them: it needs only the name's lock,
+ * and goes with the last part).  The locks of the rows deleted stay held
+ * until the end of the transaction, and *locks says how many they are.
  */
 static PurgeOutcome
 PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff,
-		  int room, int *locks)
+		  int room, int budget, int *locks)
 {
 	LeaseRows	rows;
 	LOCKTAG    *pins;
 	int			pinned = 0;
 	int			need = 1;
+	int			first;			/* the lowest row deleted */
 	bool		purge;
 	TimestampTz now;
+
+	Assert(room >= 1 && room <= budget);
 
 	if (HeldByThisTransaction(name))
 		return PURGE_SKIPPED;
@@ -243,14 +278,23 @@ PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff,
 		NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
 		return PURGE_SKIPPED;
 	}
-	if (need > room)
+	/* A part needs the name's lock and at least one pin */
+	if (need > room && (need <= budget || room < 2))
 	{
 		NameLockRelease(name, DLOCK_GRANT_LOCKMODE);
 		return PURGE_OVER_BUDGET;
 	}
 
+	/*
+	 * The rows come by slot, so the last room - 1 are those of the highest
+	 * slots, all above 0 when not every row fits: those left keep the name's
+	 * lowest slots.
+	 */
+	first = need <= room ? 0 : rows.count - (room - 1);
+	Assert(first == 0 || rows.row[first].slot > 0);
+
 	pins = palloc(sizeof(LOCKTAG) * rows.count);
-	for (int i = 0; i < rows.count && purge; i++)
+	for (int i = first; i < rows.count && purge; i++)
 	{
 		if (rows.row[i].slot == 0)
 			continue;
@@ -267,10 +311,10 @@ PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff,
 	}
 
 	DLOCK_PAUSE("purge_pin");
-	for (int i = 0; i < rows.count; i++)
+	for (int i = first; i < rows.count; i++)
 		LeaseStoreDelete(store, &rows.row[i]);
-	*locks = need;
-	return PURGE_DELETED;
+	*locks = 1 + pinned;
+	return first == 0 ? PURGE_DELETED : PURGE_PART;
 }
 
 /*
@@ -278,7 +322,7 @@ PurgeName(LeaseStore *store, const LeaseName *name, TimestampTz cutoff,
  *
  * Deletes the rows of names whose lease ended at least older_than ago and
  * that may be purged, as many as its lock budget allows (see the header
- * comment); returns how many names it deleted.
+ * comment); returns how many names it deleted rows of, wholly or in part.
  */
 Datum
 dlock_purge(PG_FUNCTION_ARGS)
@@ -349,14 +393,19 @@ dlock_purge(PG_FUNCTION_ARGS)
 			int			locks = 0;
 
 			LeaseNameInit(&name, VARDATA_ANY(name_text), VARSIZE_ANY_EXHDR(name_text));
-			/* The first name is taken whatever it needs: calls progress */
-			switch (PurgeName(&store, &name, cutoff,
-							  held == 0 ? INT_MAX : budget - held, &locks))
+			switch (PurgeName(&store, &name, cutoff, budget - held, budget,
+							  &locks))
 			{
 				case PURGE_DELETED:
 					purged++;
 					held += locks;
 					stopped = held >= budget;
+					break;
+				case PURGE_PART:
+					/* The rest of the name is left for the next call */
+					purged++;
+					held += locks;
+					stopped = true;
 					break;
 				case PURGE_SKIPPED:
 					break;
@@ -371,7 +420,8 @@ dlock_purge(PG_FUNCTION_ARGS)
 
 	/*
 	 * The budget spent: the next call continues on the page this one ended
-	 * on, where a name left for want of budget is
+	 * on, where a name left for want of budget is.  The rows left of a name
+	 * purged in part may be on any page; the scan wraps around to them.
 	 */
 	if (stopped && BlockNumberIsValid(hscan->rs_cblock))
 		resume_block = hscan->rs_cblock;

@@ -7,7 +7,10 @@
 #    (max_locks_per_transaction = 10): a call stops taking names once the
 #    locks it holds reach its budget, so it never runs the lock table out
 #    (53200), and repeated calls purge them all; a name whose rows alone
-#    need more locks than the budget is purged by a call of its own;
+#    need more locks than the budget (1000 permits, more than the lock
+#    table holds) is purged in parts, its highest slots first, without
+#    holding up the other names; a grant waits for a part's commit and gets
+#    a larger token;
 #  - pg_cron runs dlock.purge() on a schedule: ended names go, live ones and
 #    those in their lock-delay stay.  Skipped when Debian's
 #    postgresql-15-cron is not installed.
@@ -143,11 +146,132 @@ cmp_ok($most_locks, '<=', int($room / 4),
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state WHERE name LIKE 'permits:%'}),
 	'0', 'no permit row is left');
 
-$node->safe_psql('postgres', q{CALL permits('wide:', 2, 100);});
-is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}), '1',
-	'a name whose 100 rows need more locks than the budget is purged, by a call of its own');
-is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}), '1', 'and the next one by the next call');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state}), '0', 'nothing is left');
+note 'a name whose rows need more locks than a call may hold';
+# A semaphore of 1000 permits, the most a name can have, all ended: deleting
+# its rows at once would hold 1000 locks, more than this server's lock table
+# has room for.  Such a name is purged in parts, its highest slots first,
+# each part within the budget, and the names after it are purged too, however
+# many calls its parts take.  (Taken whole, it ran the lock table out at
+# every call, and no name was purged any more.)
+my $budget = int($room / 4);
+$node->safe_psql('postgres', q{
+CREATE PROCEDURE many_permits(name text, permits int)
+LANGUAGE plpgsql AS $$
+BEGIN
+  -- A commit every 20 grants and every 20 releases: one transaction that
+  -- granted every permit would itself run the small lock table out
+  FOR j IN 1 .. permits LOOP
+    PERFORM dlock.try_acquire(name, '1h', 'o' || j, max_holders => permits);
+    IF j % 20 = 0 THEN COMMIT; END IF;
+  END LOOP;
+  COMMIT;
+  FOR j IN 1 .. permits LOOP
+    PERFORM dlock.release(name, 'o' || j);
+    IF j % 20 = 0 THEN COMMIT; END IF;
+  END LOOP;
+  COMMIT;
+END $$;
+CALL many_permits('huge', 1000);
+});
+$node->safe_psql('postgres', q{SELECT dlock.try_acquire('after:' || i, '1h', 'o') FROM generate_series(1, 50) i});
+$node->safe_psql('postgres', q{SELECT dlock.release('after:' || i, 'o') FROM generate_series(1, 50) i});
+is( $node->safe_psql('postgres', q{
+SELECT count(*) FILTER (WHERE name = 'huge') || ' ' || count(*) FILTER (WHERE name LIKE 'after:%')
+  FROM dlock.leases WHERE state = 'released'}),
+	'1000 50', 'a name with 1000 released permits, then 50 released names');
+cmp_ok(1000, '>', $room, "its rows need more locks than the lock table's $room entries");
+
+# Each call in a backend of its own, so that each starts its scan afresh:
+# before, every call began with the name and failed.  Failed calls are
+# counted, up to 5, to show that no later call gets past the name either.
+my ($huge_calls, $huge_failures, $huge_failure, $huge_most) = (0, 0, '', 0);
+my $lowest_kept = 1;
+while ($huge_calls < 100 && $huge_failures < 5)
+{
+	my ($ret, $out, $err) = $node->psql('postgres', q{
+BEGIN;
+SELECT dlock.purge('0') || ' ' || (SELECT count(*) FROM dlock.locks WHERE pid = pg_backend_pid());
+COMMIT;
+SELECT count(*) = coalesce(max(slot) + 1, 0) FROM dlock.lease_state WHERE name = 'huge';});
+	if ($ret != 0)
+	{
+		$huge_failure = $err if $huge_failures++ == 0;
+		next;
+	}
+	$huge_calls++;
+	my ($result, $kept) = split /\n/, $out;
+	my ($n, $locks) = split / /, $result;
+	$huge_most = $locks if $locks > $huge_most;
+	$lowest_kept = 0 if $kept ne 't';
+	last if $n == 0;
+}
+is($huge_failures, 0, 'no call fails (every call failed before: 53200 out of shared memory)')
+  or diag("the first failure: $huge_failure");
+is( $node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state WHERE name LIKE 'after:%'}),
+	'0', 'the names after it are purged');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state WHERE name = 'huge'}),
+	'0', 'and so is the name itself');
+cmp_ok($huge_calls, '>=', int((1000 + $budget - 2) / ($budget - 1)),
+	"in parts of at most " . ($budget - 1) . " permit rows ($huge_calls calls)");
+cmp_ok($huge_most, '<=', $budget, "a call holds at most $huge_most locks, within its budget of $budget");
+ok($lowest_kept, 'the rows kept after each part are those of the lowest slots');
+
+note 'a part of a name next to a grant';
+$node->safe_psql('postgres', q{CALL many_permits('huge', 1000);});
+my ($old_max, $old_high) = split /\|/, $node->safe_psql('postgres',
+	q{SELECT max(token), max(token) FILTER (WHERE slot = 999) FROM dlock.lease_state WHERE name = 'huge'});
+my $purger = $node->background_psql('postgres');
+# psql stops at an error (53200 before), and the session with it
+my ($part, $part_err) = eval {
+	$purger->query(q{BEGIN;
+SELECT dlock.purge('0') || ' ' || (SELECT count(*) FROM dlock.locks WHERE pid = pg_backend_pid());});
+};
+$part_err = 1 if $@;
+is($part_err, 0, 'an open transaction purges a part of the name');
+SKIP:
+{
+	skip 'the purge failed', 8 if $part_err;
+	is($part, "1 $budget", "the call counts the name and holds its whole budget of $budget locks");
+	is( $node->safe_psql('postgres', q{
+SELECT count(*) FROM dlock.try_acquire('huge', '1min', 'x', max_holders => 1000)}),
+		'0', 'try_acquire of the name is refused while the part is not committed');
+
+	my $granter = $node->background_psql('postgres');
+	my $granter_pid = $granter->query_safe('SELECT pg_backend_pid()');
+	$granter->query_until(qr/waiting/, q{\echo waiting
+SELECT 'token ' || token FROM dlock.acquire('huge', '1min', 'w', max_holders => 1000);
+});
+	ok( $node->poll_query_until('postgres', qq{
+SELECT EXISTS (SELECT FROM dlock.locks WHERE pid = $granter_pid AND kind = 'name' AND NOT granted)}),
+		'acquire() of the name waits for the name lock the part holds');
+	$purger->query_safe('COMMIT');
+	my ($token) = $granter->query_until(qr/token \d+/, '') =~ /token (\d+)/;
+	cmp_ok($token, '>', $old_max, 'once the part commits, the waiting grant gets a larger token');
+	is( $node->safe_psql('postgres', q{
+SELECT count(*) || ' ' || max(slot) || ' ' || min(token) FILTER (WHERE owner = 'w')
+  FROM dlock.lease_state WHERE name = 'huge'}),
+		(1000 - ($budget - 1)) . ' ' . (999 - ($budget - 1)) . " $token",
+		'in a slot that is left: the part deleted only the highest slots');
+	is($node->safe_psql('postgres', qq{SELECT dlock.fence('huge', $old_high)}),
+		'f', 'the token of a deleted permit fences false');
+	is($node->safe_psql('postgres', q{SELECT dlock.purge('0')}),
+		'0', 'the name with a live permit is not purged, not even in part');
+	is($granter->query_safe(q{SELECT dlock.release('huge', 'w')}), 't', 'the permit is released');
+	$granter->quit;
+}
+eval { $purger->quit; };
+my ($loop_ret, $loop_out, $loop_err) = $node->psql('postgres', q{
+CREATE PROCEDURE purge_all() LANGUAGE plpgsql AS $$
+BEGIN
+  LOOP
+    EXIT WHEN dlock.purge('0') = 0;
+    COMMIT;
+  END LOOP;
+END $$;
+CALL purge_all();});
+is($loop_err, '', 'a loop that calls purge() until it returns 0, with a commit between calls, ends');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.lease_state}), '0',
+	'and leaves nothing, though a part of a name is not a whole name');
 
 SKIP:
 {
