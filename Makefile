@@ -153,6 +153,12 @@ test-histories:
 test-ha:
 	bash test/ha/run.sh
 
+# The Prometheus alerting rules of monitoring/ (promtool, from Debian's
+# prometheus package, which it installs when missing)
+.PHONY: check-alerts
+check-alerts:
+	bash scripts/check-alerts.sh
+
 # The README's own checks: its size, the links of README.md and docs/*.md,
 # and its first SQL block run in psql on a fresh database
 .PHONY: check-readme

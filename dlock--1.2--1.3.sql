@@ -24,3 +24,15 @@ REVOKE ALL ON SEQUENCE dlock.token_incarnation FROM PUBLIC;
 --
 ALTER EXTENSION dlock DROP TABLE dlock.token_epoch;
 DROP TABLE dlock.token_epoch;
+
+--
+-- How full the pollers' places are, for monitoring (needs dlock in
+-- shared_preload_libraries, as the places do)
+--
+CREATE FUNCTION dlock.queue_places(OUT places_live integer, OUT places_max integer,
+                                   OUT fullest_role_places integer, OUT role_share integer)
+RETURNS record
+AS 'MODULE_PATHNAME', 'dlock_queue_places'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION dlock.queue_places() IS
+  'Server-wide: the live places kept by try_acquire(queue => true), the size of their pool (dlock.max_queue_places), the most that one role keeps, and how many one role may keep.';

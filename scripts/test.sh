@@ -91,6 +91,9 @@ run_counted() {
     [ "$rc" -eq 0 ] || [ -n "$sums" ] || failed=$((failed + 1))
 }
 
+# The Prometheus alerting rules: promtool's checks and unit tests
+run_counted "Prometheus alerting rules" bash "$SRC_DIR/scripts/check-alerts.sh"
+
 # A connection opened before ALTER EXTENSION dlock UPDATE refuses to run
 # the old module: two builds of different versions in one cluster
 run_counted "the module's version against the extension's" \

@@ -19,7 +19,8 @@ END $$;
 SELECT * FROM dlock.stats;
 SELECT call, pg_temp.outcome(call) FROM (VALUES
   ('* FROM dlock.stats()'),
-  ('dlock.stats_reset()')) v(call);
+  ('dlock.stats_reset()'),
+  ('* FROM dlock.queue_places()')) v(call);
 SHOW dlock.stats;
 SHOW dlock.log_stale_fences;
 

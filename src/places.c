@@ -62,6 +62,8 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "postmaster/autovacuum.h"
@@ -526,4 +528,70 @@ PlaceHeadEnd(void)
 	}
 	LWLockRelease(Places->lock);
 	MyHeadSlot = -1;
+}
+
+/*
+ * OidCompare - qsort() order of role OIDs
+ */
+static int
+OidCompare(const void *a, const void *b)
+{
+	Oid			x = *(const Oid *) a;
+	Oid			y = *(const Oid *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * dlock_queue_places - how full the pollers' places are, server-wide:
+ * the live places, the pool's size (dlock.max_queue_places), the most that
+ * one role keeps, and a role's share; for monitoring, so that a pool near
+ * its limit is seen before pollers get 53400
+ */
+PG_FUNCTION_INFO_V1(dlock_queue_places);
+
+Datum
+dlock_queue_places(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+	Oid		   *roles;
+	int			live = 0;
+	int			fullest = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	DlockCheckModuleVersion();
+	if (Places == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dlock.queue_places() needs dlock in shared_preload_libraries"),
+				 errdetail("Places in a queue are kept in shared memory between calls."),
+				 errhint("Add dlock to shared_preload_libraries and restart the server.")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	roles = palloc(sizeof(Oid) * Max(Places->size, 1));
+	LWLockAcquire(Places->lock, LW_SHARED);
+	for (int i = 0; i < Places->size; i++)
+	{
+		if (SlotIsLive(&Places->slots[i], now))
+			roles[live++] = Places->slots[i].role;
+	}
+	LWLockRelease(Places->lock);
+
+	/* the most places of one role: the longest run of one OID, sorted */
+	qsort(roles, live, sizeof(Oid), OidCompare);
+	for (int i = 0, run = 0; i < live; i++)
+	{
+		run = (i > 0 && roles[i] == roles[i - 1]) ? run + 1 : 1;
+		fullest = Max(fullest, run);
+	}
+	pfree(roles);
+
+	values[0] = Int32GetDatum(live);
+	values[1] = Int32GetDatum(Places->size);
+	values[2] = Int32GetDatum(fullest);
+	values[3] = Int32GetDatum(RoleShare());
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

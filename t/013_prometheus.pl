@@ -106,6 +106,13 @@ is(metric('dlock_stats_top_fence_refused', 'name="prom:b"'), '2', 'stale fences 
 is(metric('dlock_leases_leases', 'state="live"'), '2', 'live leases');
 is(metric('dlock_leases_leases', 'state="released"'), '0', 'states without leases are 0');
 is(metric('dlock_locks_queued'), '1', 'the waiter is in the queue');
+is(metric('dlock_places_max'), '1000', 'the places: the pool of dlock.max_queue_places');
+is(metric('dlock_places_live') . ' ' . metric('dlock_places_role_share'), '0 250',
+	'none live, and a role may keep a quarter of them');
+my $largest = $node->safe_psql('postgres', 'SELECT max(token) FROM dlock.leases');
+cmp_ok(metric('dlock_tokens_largest'), '==', $largest, 'the largest token');
+cmp_ok(metric('dlock_tokens_ahead_of_clock_seconds'), '<', 0, 'behind the clock, as tokens are');
+cmp_ok(metric('dlock_held_seconds', 'name="prom:a"'), '>=', 0, 'how long prom:a has been held');
 
 kill 'TERM', $pid;
 waitpid($pid, 0);

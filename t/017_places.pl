@@ -208,6 +208,9 @@ SELECT count(*) FROM generate_series($from, $to) i
  WHERE NOT EXISTS (SELECT FROM dlock.try_acquire('held:' || i, '1h', 'p', queue => true))});
 }
 is(places('regress_poller1', 1, 10), '10', 'one role keeps 10 places, its share');
+is(in_db('postgres', q{SELECT places_live, places_max, fullest_role_places, role_share
+		FROM dlock.queue_places()}),
+	'10|40|10|10', 'dlock.queue_places(): 10 of 40 places live, one role at its share of 10');
 my $refused = places('regress_poller1', 11, 11);
 like($refused, qr/ERROR:  too many places in dlock's queues for role "regress_poller1"/,
 	'its 11th place is refused');
@@ -223,6 +226,9 @@ is(places('regress_poller3', 1, 10), '10', 'a third');
 is(places('regress_poller4', 1, 10), '10', 'a fourth: all 40 places are taken');
 like(places('regress_other', 1, 1), qr/ERROR:  too many places in dlock's queues\nDETAIL:  All 40 places/,
 	'a poller of a fifth role is refused: every place is taken');
+is(in_db('postgres', q{SET ROLE regress_other; SELECT places_live, fullest_role_places
+		FROM dlock.queue_places()}),
+	'40|10', 'dlock.queue_places(), for any role: all 40 live, the fullest role at 10');
 
 like(in_db('postgres', q{SET ROLE regress_other;
 SELECT token FROM dlock.acquire('free', '10s', 'w')}), qr/^\d+$/,
