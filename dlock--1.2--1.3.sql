@@ -36,3 +36,17 @@ AS 'MODULE_PATHNAME', 'dlock_queue_places'
 LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION dlock.queue_places() IS
   'Server-wide: the live places kept by try_acquire(queue => true), the size of their pool (dlock.max_queue_places), the most that one role keeps, and how many one role may keep.';
+
+--
+-- A write to dlock.lease_state that dlock's functions did not make (the
+-- owner's own DML, a COPY into it) makes every backend forget the rows and
+-- fence() answers it kept from the table (src/lease_state_trigger.c);
+-- dlock's own writes fire no trigger
+--
+CREATE FUNCTION dlock.lease_state_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'dlock_lease_state_changed'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION dlock.lease_state_changed() FROM PUBLIC;
+CREATE TRIGGER lease_state_changed
+  AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON dlock.lease_state
+  FOR EACH STATEMENT EXECUTE FUNCTION dlock.lease_state_changed();

@@ -216,3 +216,22 @@ SELECT expires_at >= now() + interval '200 s' AS last_renewal_counts
   FROM dlock.leases WHERE name = 'tx:renewals';
 SELECT dlock.release('tx:renewals', 'w1') AS released;
 COMMIT;
+-- A row deleted by hand (the table owner's own DELETE) in the granting
+-- transaction: fence() and release() see it gone, though the grant kept
+-- the name's rows and fence() had answered true (both are forgotten at a
+-- write that dlock did not make)
+BEGIN;
+SELECT token AS dml_token FROM dlock.acquire('tx:dml', '1h', 'w1') \gset
+SELECT dlock.fence('tx:dml', :dml_token) AS fences_before;
+DELETE FROM dlock.lease_state WHERE name = 'tx:dml';
+SELECT dlock.fence('tx:dml', :dml_token) AS fences_after_delete;
+SELECT dlock.release('tx:dml', 'w1') AS released_after_delete;
+COMMIT;
+-- and in another transaction, a row updated by hand is read as it is now
+SELECT token AS dml_token FROM dlock.try_acquire('tx:dml2', '1h', 'w1') \gset
+BEGIN;
+SELECT dlock.fence('tx:dml2', :dml_token) AS fences_before;
+UPDATE dlock.lease_state SET expires_at = now() - interval '1 s' WHERE name = 'tx:dml2';
+SELECT dlock.fence('tx:dml2', :dml_token) AS fences_after_expiry_by_hand;
+COMMIT;
+SELECT state FROM dlock.leases WHERE name = 'tx:dml2';
