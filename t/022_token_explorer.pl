@@ -47,6 +47,18 @@ my (%server, %role, @log, %acked, @grants, $max_acked, %violations, $dump, $back
 my $serial = 0;
 
 sub pick { return @_ ? $_[ int(rand(scalar @_)) ] : undef }
+
+# new_node NAME: a node on a port no server of the history has: a stopped
+# server keeps its port (and its socket's lock file name) for its restart,
+# though nothing listens there meanwhile
+sub new_node
+{
+	my ($name) = @_;
+	my %used = map { $_->port => 1 } values %server;
+	my $port;
+	do { $port = PostgreSQL::Test::Cluster::get_free_port() } while $used{$port};
+	return PostgreSQL::Test::Cluster->new($name, port => $port);
+}
 sub with_role { my ($r) = @_; return sort grep { $role{$_} eq $r } keys %role }
 sub primary { my @p = with_role('primary'); return @p ? $server{ $p[0] } : undef }
 
@@ -129,7 +141,7 @@ $step{restore_dump} = sub {
 };
 $step{restore_elsewhere} = sub {
 	return 0 if primary() || !defined $dump;
-	my $n = PostgreSQL::Test::Cluster->new('other' . ++$serial);
+	my $n = new_node('other' . ++$serial);
 	$n->init(allows_streaming => 1);
 	$n->append_conf('postgresql.conf', "wal_log_hints = on\n");
 	$n->start;
@@ -162,7 +174,7 @@ $step{backup} = sub {
 };
 $step{start_backup} = sub {
 	return 0 if primary() || !defined $backup;
-	my $copy = PostgreSQL::Test::Cluster->new('copy' . ++$serial);
+	my $copy = new_node('copy' . ++$serial);
 	$copy->init_from_backup(@$backup);
 	$copy->start;
 	$server{ $copy->name } = $copy;
