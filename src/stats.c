@@ -42,10 +42,23 @@
  * ended (see StaleFenceReport for the exact rule).
  *
  * The stale-fence log line is rate-limited per name: at most one line per
- * (database, name) every STALE_LOG_INTERVAL_S seconds, and at most
- * STALE_LOG_NAMES names in such a window; the next line of a name says how
- * many checks were not logged meanwhile.  With dlock preloaded the limit is
- * the server's (a table in shared memory), otherwise each backend's own.
+ * (database, name) every STALE_LOG_INTERVAL_S seconds; the next line of a
+ * name says how many checks were not logged meanwhile.  A line takes one
+ * of STALE_LOG_NAMES slots for its window, so a name in its window is
+ * remembered.  With dlock preloaded the slots are the server's (in shared
+ * memory, under log_lock), otherwise each backend's own.  The slots are
+ * shared between databases as the statistics' table is:
+ *	- a new name takes a slot whose window is over (the least recently
+ *	  logged), whatever its database holds;
+ *	- when every slot is in its window, a database under its share
+ *	  (STALE_LOG_NAMES divided by the databases with a slot in its window,
+ *	  itself included) takes the least recently logged slot of the
+ *	  databases over their share, and one at or over its share logs no new
+ *	  name;
+ *	- the database that lost a slot in its window logs no line until that
+ *	  slot's window is over: it no longer knows which name the slot held.
+ * So one database logs at most STALE_LOG_NAMES names every window, and a
+ * database flooding stale checks cannot keep another from its share.
  *
  * Without preloading, every counting call is one branch on
  * dlock_stats_counting (dlock.h) and reading the statistics fails.
@@ -91,7 +104,8 @@ PG_FUNCTION_INFO_V1(dlock_name_key);
 
 /*
  * The stale-fence log line: at most one line per name in this many seconds,
- * and at most this many names in such a window
+ * and this many slots of such a window, shared by the databases (at most
+ * this many names of one database in a window)
  */
 #define STALE_LOG_INTERVAL_S	10
 #define STALE_LOG_NAMES			64
@@ -145,6 +159,8 @@ typedef struct StaleLogSlot
 	Oid			dbid;
 	uint64		name_hash;
 	TimestampTz logged_at;		/* 0: a free slot */
+	TimestampTz quiet_until;	/* the database logs no line before this
+								 * (StaleLogAdmit); 0: none */
 	int64		unlogged;		/* stale checks of the name not logged since */
 } StaleLogSlot;
 
@@ -238,7 +254,10 @@ typedef struct StatsVictim
 	StatsEntry *entry;
 } StatsVictim;
 
-/* The entries of one database, as eviction counts them */
+/*
+ * The entries of one database, as eviction counts them (or its slots in
+ * their window, as StaleLogAdmit counts them)
+ */
 typedef struct StatsDbCount
 {
 	Oid			dbid;			/* hash key: must be first */
@@ -681,63 +700,163 @@ PastEndVerb(PastEnd how)
 	return "ended with its session";
 }
 
+/* Whether slot s holds a line logged less than the interval ago */
+static inline bool
+StaleSlotInWindow(const StaleLogSlot *s, TimestampTz now)
+{
+	/* A clock set back does not keep a slot until it catches up */
+	return s->logged_at != 0 && now >= s->logged_at &&
+		now - s->logged_at < STALE_LOG_INTERVAL_S * USECS_PER_SEC;
+}
+
 /*
  * StaleLogAdmit - whether a stale check of name may be logged now (see the
  * header comment for the limits); if so, *unlogged is how many checks of
  * the name were not logged since its previous line, and *unlogged_others
  * how many of names no longer in the table, since the previous line of any
  * name
+ *
+ * A slot in its window is never given to a name of the same database: that
+ * would forget that its name was logged.  A database under its share may
+ * take a slot in its window from a database over its share; that database
+ * then forgets one of its names logged in the window, so it logs no line at
+ * all until that name's window is over (quiet_until).  The slot taken is
+ * the least recently logged of the databases over their share, so the
+ * slots its database keeps stay in their window at least that long, and
+ * they carry quiet_until until it has passed.
  */
 static bool
-StaleLogAdmit(const LeaseName *name, TimestampTz now, int64 *unlogged,
-			  int64 *unlogged_others)
+StaleLogAdmit(const LeaseName *name, int64 *unlogged, int64 *unlogged_others)
 {
 	StaleLog   *log = Stats != NULL ? &Stats->stale_log : &LocalStaleLog;
 	StaleLogSlot *slot = NULL;
-	int			oldest = 0;
+	StaleLogSlot *free_slot = NULL;
+	TimestampTz now;
+	TimestampTz quiet_until = 0;
+	const TimestampTz interval = STALE_LOG_INTERVAL_S * USECS_PER_SEC;
+	bool		quiet;
 	bool		admit;
+
+	/* Slots in their window, per database (at most one database a slot) */
+	StatsDbCount dbs[STALE_LOG_NAMES];
+	int			ndbs = 0;
+	int			own = 0;
 
 	if (Stats != NULL)
 		LWLockAcquire(Stats->log_lock, LW_EXCLUSIVE);
+
+	/*
+	 * Read under the lock, so that the times written into the slots grow in
+	 * the order the backends take it: a time read before another backend's
+	 * later one would look like a clock set back
+	 */
+	now = GetCurrentTimestamp();
 
 	for (int i = 0; i < STALE_LOG_NAMES; i++)
 	{
 		StaleLogSlot *s = &log->slot[i];
 
-		if (s->logged_at != 0 && s->dbid == MyDatabaseId &&
-			s->name_hash == name->hash)
+		if (s->logged_at == 0)
 		{
-			slot = s;
-			break;
+			if (free_slot == NULL || free_slot->logged_at != 0)
+				free_slot = s;
+			continue;
 		}
-		if (s->logged_at < log->slot[oldest].logged_at)
-			oldest = i;
+		if (s->dbid == MyDatabaseId)
+		{
+			if (s->name_hash == name->hash)
+				slot = s;
+			quiet_until = Max(quiet_until, s->quiet_until);
+		}
+		if (StaleSlotInWindow(s, now))
+		{
+			int			d = 0;
+
+			while (d < ndbs && dbs[d].dbid != s->dbid)
+				d++;
+			if (d == ndbs)
+			{
+				dbs[ndbs].dbid = s->dbid;
+				dbs[ndbs++].entries = 0;
+			}
+			dbs[d].entries++;
+			if (s->dbid == MyDatabaseId)
+				own++;
+		}
+		else if (free_slot == NULL ||
+				 (free_slot->logged_at != 0 && s->logged_at < free_slot->logged_at))
+			free_slot = s;		/* the least recently logged */
 	}
 
-	if (slot == NULL)
+	/* As for the slots, a clock set back ends the quiet time */
+	quiet = quiet_until != 0 && now < quiet_until && quiet_until - now <= interval;
+
+	if (slot != NULL)
 	{
-		/* A new name: the slot least recently logged, if its window is over */
-		slot = &log->slot[oldest];
-		if (slot->logged_at != 0 && now >= slot->logged_at &&
-			now - slot->logged_at < STALE_LOG_INTERVAL_S * USECS_PER_SEC)
+		if (StaleSlotInWindow(slot, now) || quiet)
 		{
-			log->unlogged_others++;
+			slot->unlogged++;
 			slot = NULL;
 		}
+	}
+	else
+	{
+		/*
+		 * A new name: the free slot least recently logged; with none, every
+		 * slot is in its window, and a database under its share takes the
+		 * least recently logged of the databases over theirs
+		 */
+		if (!quiet && free_slot == NULL)
+		{
+			int			share = Max(1, STALE_LOG_NAMES / (ndbs + (own == 0 ? 1 : 0)));
+
+			if (own < share)
+			{
+				for (int i = 0; i < STALE_LOG_NAMES; i++)
+				{
+					StaleLogSlot *s = &log->slot[i];
+					int			d = 0;
+
+					while (d < ndbs && dbs[d].dbid != s->dbid)
+						d++;
+					if (d < ndbs && dbs[d].entries > share &&
+						(free_slot == NULL || s->logged_at < free_slot->logged_at))
+						free_slot = s;
+				}
+			}
+
+			/*
+			 * Its database forgets the name logged there: it stays quiet
+			 * until that name's window is over, and every slot it keeps
+			 * (all logged later, so in their window as long) says so
+			 */
+			if (free_slot != NULL)
+			{
+				Oid			victim_db = free_slot->dbid;
+				TimestampTz victim_quiet = free_slot->logged_at + interval;
+
+				for (int i = 0; i < STALE_LOG_NAMES; i++)
+					if (log->slot[i].dbid == victim_db)
+						victim_quiet = Max(victim_quiet, log->slot[i].quiet_until);
+				for (int i = 0; i < STALE_LOG_NAMES; i++)
+					if (log->slot[i].dbid == victim_db)
+						log->slot[i].quiet_until = victim_quiet;
+			}
+		}
+		if (quiet || free_slot == NULL)
+			log->unlogged_others++;
 		else
 		{
+			slot = free_slot;
 			log->unlogged_others += slot->unlogged;
 			slot->dbid = MyDatabaseId;
 			slot->name_hash = name->hash;
-			slot->logged_at = 0;
+			slot->quiet_until = 0;
 			slot->unlogged = 0;
 		}
 	}
 
-	/* A clock set back does not silence a name until it catches up */
-	admit = slot != NULL &&
-		(slot->logged_at == 0 || now < slot->logged_at ||
-		 now - slot->logged_at >= STALE_LOG_INTERVAL_S * USECS_PER_SEC);
+	admit = slot != NULL;
 	if (admit)
 	{
 		*unlogged = slot->unlogged;
@@ -746,8 +865,6 @@ StaleLogAdmit(const LeaseName *name, TimestampTz now, int64 *unlogged,
 		slot->unlogged = 0;
 		log->unlogged_others = 0;
 	}
-	else if (slot != NULL)
-		slot->unlogged++;
 
 	if (Stats != NULL)
 		LWLockRelease(Stats->log_lock);
@@ -808,7 +925,7 @@ StaleFenceReport(const LeaseName *name, int64 token, const LeaseRow *row,
 		snprintf(current, sizeof(current), "current token " INT64_FORMAT, row->token);
 	}
 
-	if (!StaleLogAdmit(name, now, &unlogged, &unlogged_others))
+	if (!StaleLogAdmit(name, &unlogged, &unlogged_others))
 		return;
 
 	if (past.how == PAST_SESSION_ENDED)

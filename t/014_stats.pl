@@ -2,8 +2,8 @@
 # workload, reset, eviction of the least active names, survival across
 # backends; entries only for names with rows, and a fair share of the table
 # per database; the rate-limited log line of stale tokens checked by fence()
-# (dlock.log_stale_fences); and dlock.locks as other sessions see a waiter
-# and an uncommitted grant.
+# (dlock.log_stale_fences), whose window the databases share; and
+# dlock.locks as other sessions see a waiter and an uncommitted grant.
 
 use strict;
 use warnings FATAL => 'all';
@@ -303,6 +303,75 @@ ok(sql(q{SELECT count(*) FROM dlock.stats WHERE name LIKE 'cold:%'}) >= 1, 'the 
 note 'a restart clears them';
 $node->restart;
 is(sql('SELECT count(*) FROM dlock.stats'), '0', 'nothing survives a restart');
+
+# The window of the stale-fence line (STALE_LOG_NAMES = 64 names) is shared
+# by the databases: a role flooding one database with stale checks of its
+# own names cannot keep another database's stale fences out of the log.
+# The restart above left the window empty.  Database other floods (a plain
+# role, its own leases), database postgres has a few stale names.
+note 'the stale-fence window, shared between databases';
+$node->safe_psql('other', q{SELECT dlock.try_acquire('sa:' || i, '1h', 'o'), dlock.release('sa:' || i, 'o')
+	FROM generate_series(1, 100) i}, extra_params => [ '-U', 'plain' ]);
+sql(q{SELECT dlock.try_acquire('sb:' || i, '1h', 'o'), dlock.release('sb:' || i, 'o')
+	FROM generate_series(0, 40) i});
+
+# fence every released lease whose name matches $like, in $db; the rows are
+# read first, so that fence() sees no other lease
+sub fence_all
+{
+	my ($db, $like) = @_;
+	$node->safe_psql($db, qq{WITH l AS MATERIALIZED (SELECT name, token FROM dlock.leases
+			WHERE name LIKE '$like')
+		SELECT count(*) FROM l WHERE dlock.fence(name, token)},
+		extra_params => [ '-U', 'plain' ]);
+}
+# the lease names of the stale-fence lines since $offset that start with $prefix
+sub stale_names
+{
+	my ($offset, $prefix) = @_;
+	return map { /of lease "(\Q$prefix\E[^"]*)"/ ? $1 : () } stale_lines($offset);
+}
+
+my $start = -s $node->logfile;
+fence_all('postgres', 'sb:0');
+my $b0_at = time;			# no earlier than sb:0's line
+sleep(0.1) while time < $b0_at + 5;
+$offset = -s $node->logfile;
+my $sa_at = time;		# no later than the flood's lines
+fence_all('other', 'sa:%');
+is(scalar(stale_names($offset, 'sa:')), 63,
+	'a flood of 100 stale names in one database: 63 lines, all the free window');
+$offset = -s $node->logfile;
+fence_all('postgres', 'sb:1');
+is(join(' ', stale_names($offset, 'sb:')), 'sb:1',
+	'a stale fence of another database within the window is logged by name');
+$offset = -s $node->logfile;
+fence_all('other', 'sa:%');
+is(count_stale($offset), 0, 'the flooding database, over its share, logs no more names');
+$offset = -s $node->logfile;
+fence_all('postgres', 'sb:%');
+my @b = stale_names($offset, 'sb:');
+is(scalar(@b) . ' ' . scalar(grep { $_ eq 'sb:0' || $_ eq 'sb:1' } @b), '30 0',
+	'the other database logs new names up to its share, 32 of 64, and no name twice');
+ok(time < $b0_at + $window, 'these checks ran within the window of sb:0');
+
+# sb:0's 10 s are over: its slot is free, while the flood's names are still
+# in their window.  A name of the flood whose slot was taken must not be
+# logged again before its 10 s are over.
+sleep(0.1) while time < $b0_at + $window + 0.2;
+$offset = -s $node->logfile;
+fence_all('other', 'sa:%');
+is(count_stale($offset), 0,
+	'a database that gave up a slot logs no name until that name\'s 10 s are over');
+my %seen;
+my @twice = grep { $seen{$_}++ } stale_names($start, 'sa:');
+is("@twice", '', 'no name of the flood was logged twice in its window');
+$offset = -s $node->logfile;
+fence_all('postgres', 'sb:0');
+like(join("\n", stale_lines($offset)),
+	qr/^dlock\.fence\(\) returned false for stale token \d+ of lease "sb:0": .*; stale checks not logged meanwhile: 1 of this lease, \d+ of other leases$/,
+	'after its 10 s, a name of the other database is logged again');
+ok(time < $sa_at + $window, 'and the flood\'s names were still in their window');
 
 # With 1000 entries a pass evicts 50 at once, chosen by a partial selection
 # of the least used: the busy names, each used far more than any idle one,
