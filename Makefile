@@ -31,12 +31,12 @@ ISOLATION      = race fence_regrant stale_snapshot rollback self_wait cycle_shap
                  fifo queue_timeout lock_delay expiry_wakeup session_bound \
                  same_owner_retry purge_race sets_order \
                  shared_fence semaphore kinds_fifo watch_grants first_permits \
-                 semaphore_wake first_grant
+                 semaphore_wake first_grant semaphore_change
 # The test build's specs, which hold the windows of the conflict rule open
 # with its pause points (src/test_hooks.h): make installcheck of a module
 # built and installed with DLOCK_TEST_HOOKS=1 runs them too
 ISOLATION_HOOKS = hook_exclusive_alongside hook_renew_at_expiry hook_change_claim \
-                  hook_watch hook_token_move
+                  hook_watch hook_token_move hook_semaphore_change
 ifdef DLOCK_TEST_HOOKS
 ISOLATION += $(ISOLATION_HOOKS)
 endif

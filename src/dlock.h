@@ -56,8 +56,9 @@ typedef enum DlockLockSpace
 	DLOCK_SPACE_WATCH = 17487,	/* key: name hash; held by dlock.watch() callers */
 	DLOCK_SPACE_TOKEN = 17488,	/* key: token; pins a token of a slot > 0 */
 	DLOCK_SPACE_CLAIM = 17489,	/* key: name hash mixed with a slot or an
-								 * owner: who writes a slot > 0, or grants
-								 * alongside for an owner */
+								 * owner: who writes a slot > 0 (or slot 0,
+								 * granting alongside), or grants alongside
+								 * for an owner */
 	DLOCK_SPACE_EPOCH = 17490	/* key 0: moves the token counter up to the
 								 * clock at an incarnation's first grant
 								 * (token.c) */
@@ -70,16 +71,17 @@ typedef enum DlockLockSpace
  *	DLOCK_FENCE_LOCKMODE	dlock.fence(), until the end of the top-level
  *							transaction: pins the token of slot 0
  *	DLOCK_ALONGSIDE_LOCKMODE	a shared lease or permit granted alongside
- *							the live ones of its kind, into a slot > 0 it
- *							claims
+ *							the live ones of its kind, into a slot it
+ *							claims (slot 0 last: grant.c's banner)
  *	DLOCK_CHANGE_LOCKMODE	renew, release, and the same owner's
  *							re-acquire: a holder changes its own row,
  *							claiming its slot when it is > 0
  *	DLOCK_SERIAL_LOCKMODE	every other grant (exclusive, set member, first
  *							grant of a name, other kinds present) and
  *							force_release: excludes every writer
- *	DLOCK_GRANT_LOCKMODE	the pin of slot 0 taken by a grant that writes it,
- *							and purge: waits for every fenced transaction
+ *	DLOCK_GRANT_LOCKMODE	the pin of slot 0 taken by a grant that writes it
+ *							the serialized way, and purge: waits for every
+ *							fenced transaction
  *
  * Pins of a token in a slot > 0 (DLOCK_SPACE_TOKEN) use DLOCK_FENCE_LOCKMODE
  * and DLOCK_GRANT_LOCKMODE the same way; claims (DLOCK_SPACE_CLAIM) use

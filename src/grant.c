@@ -15,16 +15,18 @@
  * lock to let writers of one kind run side by side, the decision is read
  * again once the narrower lock is held.  The locks, by who holds them while
  * it reads, decides and writes (N: the name's lock, in the modes of
- * dlock.h; C(s): the claim of slot s > 0; O: the claim of an owner; K:
- * the claim of a kind; P(t): the pin of token t, which is N itself for
- * slot 0):
+ * dlock.h; C(s): the claim of slot s; O: the claim of an owner; K: the
+ * claim of a kind; P(t): the pin of token t, which is N itself for slot
+ * 0):
  *
  *    request                        N mode       also holds       writes
  *    fence                          FENCE        P(t) FENCE       nothing
  *    watch                          -            (fresh snapshot) nothing
- *    grant alongside (shared or     ALONGSIDE    O, C(s),         slot s > 0
- *      permit, rows all its kind)                P(old) GRANT,
- *                                                K if no rows
+ *    grant alongside (shared or     ALONGSIDE    O, C(s),         slot s > 0;
+ *      permit, rows all its kind)                P(old) GRANT     slot 0 with
+ *                                                (slot 0: P(old)  no row or an
+ *                                                checked), K if   ended token
+ *                                                no rows
  *    renew, release, re-acquire     CHANGE       C(s) if s > 0    its slot s
  *    grant (exclusive, set member,  SERIAL       P of the slot    any slot
  *      first grant, mixed kinds),                and of rows it
@@ -50,9 +52,11 @@
  *	  changing.  An exclusive lease is never granted while a shared lease or
  *	  a permit is being granted alongside, and the other way round.
  *	- CHANGE excludes other changes and serialized grants.  It does not
- *	  exclude grants made alongside, which write slots > 0; so a change of a
- *	  row in a slot > 0 claims the slot and reads the row again before it
- *	  decides (ClaimOwnRow).
+ *	  exclude grants made alongside, which write slots > 0, and slot 0 only
+ *	  when it has no row or an ended token, which no change writes; so a
+ *	  change of a row in a slot > 0 claims the slot and reads the row again
+ *	  before it decides (ClaimOwnRow), and a change of slot 0's row needs no
+ *	  claim.
  *	- A grant made alongside decides three things.  That every row of the
  *	  name is of its kind: while it holds ALONGSIDE only grants made
  *	  alongside and changes can write, a change never alters a kind, and a
@@ -65,10 +69,21 @@
  *	  another by O, and a change can end a lease but never make one.  And
  *	  that slot s is free: read again once C(s) and the pin of its old
  *	  token are held, when no one else can write it.  Slots below the kind's
- *	  capacity only, so a semaphore of N has at most N rows.
+ *	  capacity only, so a semaphore of N has at most N rows.  Slot 0 is one
+ *	  of them, so that a grant or change in progress, which holds N, does
+ *	  not keep a free permit from being granted; but its pin is N itself,
+ *	  which this way cannot take in GRANT, so it takes slot 0 last, and only
+ *	  when it has no row (no old token to pin) or its token was ended by
+ *	  another transaction's commit: such a token is never true again, so a
+ *	  look at the lock table, after the row was read ended, for other
+ *	  holders of N in FENCE shows every transaction that may have fenced
+ *	  it (ClaimFreeSlot).  An expired token's row in slot 0 is reused only
+ *	  the serialized way, which holds its pin to commit.
  *	- dlock.fence() decides whether its token is live.  A grant that replaces
- *	  that token holds its pin in GRANT, which waits for the fence; an end
- *	  of the lease does not, and the fence then simply came first.
+ *	  that token holds its pin in GRANT, which waits for the fence (or, made
+ *	  alongside into slot 0, finds the ended token fenced and does not
+ *	  replace it); an end of the lease does not, and the fence then simply
+ *	  came first.
  *	- dlock.watch() writes nothing; it reads through a fresh snapshot, so it
  *	  never waits for a lock, and who it is woken by is decided at commit,
  *	  once the change is visible (waiting.c).
@@ -97,6 +112,7 @@
 #include "access/xact.h"
 #include "common/int.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/timestamp.h"
 
@@ -416,11 +432,80 @@ FirstKindRelease(const LeaseName *name, const LeaseKind *kind)
 }
 
 /*
+ * LockTagsEqual - whether two lock tags name the same object
+ */
+static bool
+LockTagsEqual(const LOCKTAG *a, const LOCKTAG *b)
+{
+	return a->locktag_field1 == b->locktag_field1 &&
+		a->locktag_field2 == b->locktag_field2 &&
+		a->locktag_field3 == b->locktag_field3 &&
+		a->locktag_field4 == b->locktag_field4 &&
+		a->locktag_type == b->locktag_type &&
+		a->locktag_lockmethodid == b->locktag_lockmethodid;
+}
+
+/*
+ * NameFencedByOthers - whether a transaction other than this one holds the
+ * name's lock in DLOCK_FENCE_LOCKMODE, as the true fences of slot 0's
+ * tokens do (ClaimFreeSlot)
+ *
+ * No lock request can ask this: DLOCK_GRANT_LOCKMODE, the one mode that
+ * conflicts with DLOCK_FENCE_LOCKMODE, conflicts with the modes of every
+ * grant and change in progress as well.  So it is read from a snapshot of
+ * the lock table, the one pg_locks shows, prepared transactions included.
+ * Other transactions that hold the mode for a moment (a fence of a token
+ * in another slot, before it takes that token's pin) make the answer true
+ * when it need not be, which costs only a grant made the serialized way.
+ * This transaction's own fences are not counted, as the lock manager does
+ * not count them against its own lock requests either.
+ */
+static bool
+NameFencedByOthers(const LeaseName *name)
+{
+	LOCKTAG		tag;
+	LockData   *locks;
+	bool		fenced = false;
+
+	DlockLockTag(&tag, DLOCK_SPACE_NAME, name->hash);
+	locks = GetLockStatusData();
+	for (int i = 0; i < locks->nelements && !fenced; i++)
+	{
+		const LockInstanceData *lock = &locks->locks[i];
+
+		fenced = (lock->holdMask & LOCKBIT_ON(DLOCK_FENCE_LOCKMODE)) != 0 &&
+			lock->pid != MyProcPid &&
+			LockTagsEqual(&lock->locktag, &tag);
+	}
+	pfree(locks->locks);
+	pfree(locks);
+	return fenced;
+}
+
+/*
  * ClaimFreeSlot - claim the candidate-th slot of a decision to grant
  * alongside, without waiting, and read it again: true when it is still
  * free, with *row the row to write and the claim (and the pin of the old
  * token) held until the end of the transaction; false, holding neither,
- * when the slot is 0, busy, or no longer free
+ * when the slot is busy or no longer free, or is slot 0 with a row this
+ * way may not reuse
+ *
+ * Slot 0 is the one slot whose pin is the name's own lock, which this way
+ * cannot take in DLOCK_GRANT_LOCKMODE while any other grant or change of
+ * the name is in progress: a free permit would then wait for a renew or a
+ * release of another one.  So slot 0 is taken without that pin when it has
+ * no row (there is no old token to pin, and a change writes only a row
+ * that exists), and when its token has ended, by another transaction's
+ * committed release or force_release: then the pin is checked instead of
+ * taken, once the row has been read ended (NameFencedByOthers).  That check
+ * is exact for such a token: a true fence holds the name's lock in
+ * DLOCK_FENCE_LOCKMODE from before it reads the row until its transaction
+ * ends, and an ended token is never live again, so every fence that can be
+ * true of it holds that lock before the row is read ended, and every later
+ * one is false.  Neither holds for the other rows of slot 0, which are left
+ * to the serialized way: an expired token can still be renewed by a change
+ * that read it live, or read live again after the clock stepped back; a
+ * token ended by this transaction is live to the others until it commits.
  */
 static bool
 ClaimFreeSlot(LeaseStore *store, const LeaseName *name, const LeaseRows *rows,
@@ -433,17 +518,21 @@ ClaimFreeSlot(LeaseStore *store, const LeaseName *name, const LeaseRows *rows,
 	LeaseRow   *now_there;
 	TimestampTz until;
 	bool		free;
+	bool		pinned = false;
 
 	LeaseDecisionUseCandidate(d, candidate);
-	/* Slot 0's pin is the name's own lock, which this way does not take */
-	if (d->slot == 0)
-		return false;
 	target = d->target >= 0 ? &rows->row[d->target] : NULL;
+
+	if (d->slot == 0 && target != NULL &&
+		(!target->ended ||
+		 NameLockHeld(name, DLOCK_CHANGE_LOCKMODE) ||
+		 NameLockHeld(name, DLOCK_SERIAL_LOCKMODE)))
+		return false;
 
 	SlotClaimTag(&claim, name, d->slot);
 	if (!LockAcquireWithin(&claim, DLOCK_CLAIM_LOCKMODE, NoWait))
 		return false;
-	if (target != NULL)
+	if (target != NULL && d->slot != 0)
 	{
 		PinLockTag(&pin, name, target);
 		if (!LockAcquireWithin(&pin, DLOCK_GRANT_LOCKMODE, NoWait))
@@ -451,6 +540,7 @@ ClaimFreeSlot(LeaseStore *store, const LeaseName *name, const LeaseRows *rows,
 			LockRelease(&claim, DLOCK_CLAIM_LOCKMODE, false);
 			return false;
 		}
+		pinned = true;
 	}
 	DLOCK_PAUSE("alongside_claim");
 
@@ -462,15 +552,40 @@ ClaimFreeSlot(LeaseStore *store, const LeaseName *name, const LeaseRows *rows,
 	else
 		free = (now_there != NULL && now_there->token == target->token &&
 				LeaseStatusNow(now_there, GetCurrentTimestamp(), &until) == LEASE_FREE);
+
+	/* Slot 0's ended token: its pin checked, now that it was read ended */
+	if (free && target != NULL && !pinned)
+	{
+		free = now_there->ended && !NameFencedByOthers(name);
+		DLOCK_PAUSE("alongside_unfenced");
+	}
 	if (free)
 	{
 		*row = target == NULL ? *GrantTargetRow(rows, d) : *now_there;
 		return true;
 	}
-	if (target != NULL)
+	if (pinned)
 		LockRelease(&pin, DLOCK_GRANT_LOCKMODE, false);
 	LockRelease(&claim, DLOCK_CLAIM_LOCKMODE, false);
 	return false;
+}
+
+/*
+ * AlongsideCandidate - the i-th candidate a grant made alongside tries:
+ * the decision's order (lowest slot first), but slot 0 last
+ *
+ * A row in slot 0 is reused this way only once its token has ended, and
+ * then at the price of a look at the lock table (ClaimFreeSlot); filling
+ * the other slots first leaves slot 0 without a row until the kind's last
+ * slot is needed.  LeaseDecide lists the slots in ascending order, so slot
+ * 0, when offered, is the first candidate.
+ */
+static int
+AlongsideCandidate(const LeaseDecision *d, int i)
+{
+	if (d->candidate_slot[0] != 0)
+		return i;
+	return i + 1 < d->ncandidates ? i + 1 : 0;
 }
 
 /*
@@ -509,9 +624,9 @@ AttemptGrantAlongside(const GrantRequest *req, WaitLimit limit, LeaseRow *row)
 	{
 		LeaseDecide(name, &rows, &req->kind, req->owner, GetCurrentTimestamp(), &d);
 		DLOCK_PAUSE("alongside_decide");
-		for (int c = 0; d.mine < 0 && d.status == LEASE_FREE && c < d.ncandidates; c++)
+		for (int i = 0; d.mine < 0 && d.status == LEASE_FREE && i < d.ncandidates; i++)
 		{
-			if (ClaimFreeSlot(&store, name, &rows, &d, c, row))
+			if (ClaimFreeSlot(&store, name, &rows, &d, AlongsideCandidate(&d, i), row))
 			{
 				GrantNewLease(&store, req, row);
 				LeaseStoreClose(&store);

@@ -96,8 +96,9 @@
  * leases are (at most DLOCK_MAX_HOLDERS), or at most N permits of one
  * semaphore.  A grant goes into the lowest free slot below its kind's
  * capacity (LeaseKindCapacity: 1, N, DLOCK_MAX_HOLDERS) whose pin it can
- * take; slots are reused, so a name has no more rows than it ever had
- * holders (and ended holders still fenced) at once.  Before a grant
+ * take (a grant made alongside others of its kind tries slot 0 last:
+ * grant.c); slots are reused, so a name has no more rows than it ever
+ * had holders (and ended holders still fenced) at once.  Before a grant
  * commits, the transactions that fenced the token of the slot it writes,
  * and those that fenced any row it does not share with
  * (LeaseRowPinConflicts), must have ended: a fenced shared token holds off

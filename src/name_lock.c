@@ -228,15 +228,16 @@ PinLockTag(LOCKTAG *tag, const LeaseName *name, const LeaseRow *row)
 }
 
 /*
- * SlotClaimTag - the tag that every writer of a slot > 0 holds in
- * DLOCK_CLAIM_LOCKMODE while it decides and writes (grant.c): the name's
- * hash mixed with the slot.  A collision with another name's slot only
- * makes two writers wait for one another.
+ * SlotClaimTag - the tag that every writer of a slot > 0, and a grant made
+ * alongside others into slot 0, holds in DLOCK_CLAIM_LOCKMODE while it
+ * decides and writes (grant.c): the name's hash mixed with the slot.  A
+ * collision with another name's slot only makes two writers wait for one
+ * another.
  */
 void
 SlotClaimTag(LOCKTAG *tag, const LeaseName *name, int32 slot)
 {
-	Assert(slot > 0);
+	Assert(slot >= 0);
 	DlockLockTag(tag, DLOCK_SPACE_CLAIM, hash_combine64(name->hash, (uint64) slot));
 }
 

@@ -18,6 +18,10 @@
  *	grant_read, grant_decide, grant_pin	a grant under DLOCK_SERIAL_LOCKMODE
  *	alongside_read, alongside_decide,	a grant made alongside, before its
  *	alongside_claim						slot is read again
+ *	alongside_unfenced					a grant made alongside into slot 0's
+ *										ended row, between finding its old
+ *										token fenced by no other transaction
+ *										and writing
  *	change_read, change_decide,			renew, release, re-acquire
  *	change_claim
  *	set_read, set_pin					the *_all functions
