@@ -8,7 +8,7 @@ OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
              src/holder.o src/purge.o src/stats.o src/lease_set.o src/watch.o \
              src/places.o src/grant.o src/test_hooks.o src/token.o \
              src/module_version.o src/settings.o src/xact_pending.o \
-             src/lease_state_trigger.o
+             src/lease_state_trigger.o src/lock_tags.o src/sql_views.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 

@@ -146,13 +146,23 @@ typedef struct LeaseName
 	uint64		hash;
 } LeaseName;
 
-/* name_lock.c */
+/* Fixed seed, so a name (or an owner) hashes alike in every backend and release */
+#define DLOCK_NAME_HASH_SEED	UINT64CONST(0x646c6f636b)
+
+/* lock_tags.c: names, their tags, and the questions asked without waiting */
 extern void LeaseNameInit(LeaseName *name, const char *data, int len);
 extern void DlockLockTag(LOCKTAG *tag, DlockLockSpace space, uint64 key);
+extern void SetNameLockTag(LOCKTAG *tag, const LeaseName *name);
+extern bool NameLockHeld(const LeaseName *name, LOCKMODE mode);
+extern bool SessionLockAlive(int64 token);
+
+/* name_lock.c: taking and waiting for the locks, within wait limits */
+extern const WaitLimit NoWait;
+extern const WaitLimit WaitForever;
+extern TimestampTz ExpiryAfter(TimestampTz now, int64 ttl_us);
 extern bool LockAcquireWithin(const LOCKTAG *tag, LOCKMODE mode, WaitLimit limit);
 extern bool NameLockAcquire(const LeaseName *name, LOCKMODE mode, WaitLimit limit);
 extern void NameLockRelease(const LeaseName *name, LOCKMODE mode);
-extern bool NameLockHeld(const LeaseName *name, LOCKMODE mode);
 extern bool NameLockAcquireForTransaction(const LeaseName *name, LOCKMODE mode);
 extern void NameLockReleaseForTransaction(const LeaseName *name, LOCKMODE mode);
 struct LeaseRow;
@@ -335,6 +345,8 @@ extern void LeaseClassify(const LeaseRow *row, TimestampTz now,
 extern LeaseStatus LeaseStatusAt(const LeaseRow *row, TimestampTz now,
 								 bool holder_alive, TimestampTz *until);
 extern bool LeaseHolderAlive(const LeaseRow *row);
+extern bool MayActFor(Oid holder_role);
+extern bool IsSameHolder(const LeaseRow *row, const char *owner);
 extern const char *LeaseStateName(LeaseState state);
 extern const char *LeaseEndReasonText(LeaseEndReason reason);
 extern LeaseEndReason LeaseEndReasonFromText(const char *text);
@@ -433,12 +445,6 @@ typedef struct GrantRequest
 	LeaseKind	kind;
 } GrantRequest;
 
-extern const WaitLimit NoWait;
-extern const WaitLimit WaitForever;
-
-extern bool MayActFor(Oid holder_role);
-extern bool IsSameHolder(const LeaseRow *row, const char *owner);
-extern TimestampTz ExpiryAfter(TimestampTz now, int64 ttl_us);
 extern GrantOutcome AttemptGrant(const GrantRequest *req, WaitLimit limit,
 								 bool extend_only, LeaseRow *row, GrantWait *wait);
 extern void ExtendLease(LeaseStore *store, const LeaseName *name, LeaseRow *row,
@@ -472,7 +478,6 @@ extern void AcquireErrorContext(void *arg);
 /* session.c: session-bound leases */
 extern void SessionLeaseTake(const LeaseName *name, int64 token);
 extern void SessionLeaseForgetAtCommit(int64 token);
-extern bool SessionLeaseAlive(int64 token);
 extern void SessionLeaseWaitForHolder(int64 token, TimestampTz until, WaitLimit limit);
 extern void SessionLeasePrune(void);
 extern void SessionLeasesAtPrePrepare(void);

@@ -119,38 +119,6 @@
 #include "dlock.h"
 #include "test_hooks.h"
 
-const WaitLimit NoWait = {false, 0};
-const WaitLimit WaitForever = {true, DT_NOEND};
-
-/*
- * MayActFor - whether the current role may act on leases of holder_role
- */
-bool
-MayActFor(Oid holder_role)
-{
-	return has_privs_of_role(GetUserId(), holder_role);
-}
-
-bool
-IsSameHolder(const LeaseRow *row, const char *owner)
-{
-	return strcmp(row->owner, owner) == 0 && MayActFor(row->holder_role);
-}
-
-/*
- * ExpiryAfter - now + ttl, saturating at the end of the timestamp range
- * (dlock.max_ttl keeps real ttls far below that)
- */
-TimestampTz
-ExpiryAfter(TimestampTz now, int64 ttl_us)
-{
-	TimestampTz result;
-
-	if (pg_add_s64_overflow(now, ttl_us, &result) || result >= END_TIMESTAMP)
-		return END_TIMESTAMP - 1;
-	return result;
-}
-
 /*
  * WriteChange - store a changed row; this backend's cached fence answers
  * may no longer hold

@@ -28,6 +28,7 @@
 
 #include "access/xact.h"
 #include "common/hashfn.h"
+#include "common/int.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
@@ -38,37 +39,22 @@
 #include "dlock.h"
 #include "dlock_compat.h"
 
-/* Fixed seed, so a name maps to the same tag in every backend and release */
-#define DLOCK_NAME_HASH_SEED	UINT64CONST(0x646c6f636b)
+/* The two wait limits every layer above uses: none, and no deadline */
+const WaitLimit NoWait = {false, 0};
+const WaitLimit WaitForever = {true, DT_NOEND};
 
 /*
- * LeaseNameInit - describe a name and compute the hash of its tag
+ * ExpiryAfter - now + ttl, saturating at the end of the timestamp range
+ * (dlock.max_ttl keeps real ttls far below that)
  */
-void
-LeaseNameInit(LeaseName *name, const char *data, int len)
+TimestampTz
+ExpiryAfter(TimestampTz now, int64 ttl_us)
 {
-	name->data = data;
-	name->len = len;
-	name->hash = hash_bytes_extended((const unsigned char *) data, len,
-									 DLOCK_NAME_HASH_SEED);
-}
+	TimestampTz result;
 
-/*
- * DlockLockTag - the tag of key in one of dlock's lock spaces
- */
-void
-DlockLockTag(LOCKTAG *tag, DlockLockSpace space, uint64 key)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
-						 (uint32) (key >> 32),
-						 (uint32) key,
-						 (uint16) space);
-}
-
-static void
-SetNameLockTag(LOCKTAG *tag, const LeaseName *name)
-{
-	DlockLockTag(tag, DLOCK_SPACE_NAME, name->hash);
+	if (pg_add_s64_overflow(now, ttl_us, &result) || result >= END_TIMESTAMP)
+		return END_TIMESTAMP - 1;
+	return result;
 }
 
 /*
@@ -198,18 +184,6 @@ NameLockRelease(const LeaseName *name, LOCKMODE mode)
 	LockRelease(&tag, mode, false);
 	if (mode == DLOCK_SERIAL_LOCKMODE)
 		LeaseStoreHeldRowsForget(name);
-}
-
-/*
- * NameLockHeld - whether this backend holds the name's lock in mode
- */
-bool
-NameLockHeld(const LeaseName *name, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	SetNameLockTag(&tag, name);
-	return dlock_lock_held_by_me(&tag, mode);
 }
 
 /*

@@ -142,7 +142,7 @@ SessionLockHeld(const SessionLease *entry)
  * once it is, so a failure in between (a full lock table) leaves an entry
  * that the abort of the grant's (sub)transaction removes, without a lock to
  * give back.  Others may hold the lock briefly in ShareLock, to probe the
- * holder of a token (SessionLeaseAlive): the grant waits for them rather
+ * holder of a token (SessionLockAlive): the grant waits for them rather
  * than fail, since a probe never waits while it holds the lock.
  */
 void
@@ -202,32 +202,6 @@ SessionLeaseForgetAtCommit(int64 token)
 	item->item.subid = GetCurrentSubTransactionId();
 	PendingForgets = lappend(PendingForgets, item);
 	MemoryContextSwitchTo(old);
-}
-
-/*
- * SessionLeaseAlive - whether the backend bound to a lease still runs
- *
- * Changes nothing but a momentary probe lock, so it may be called anywhere,
- * also while the table of this backend's leases is being scanned.  On a
- * standby the primary's locks are not visible; the answer there is "alive",
- * and the ttl alone bounds the lease.
- */
-bool
-SessionLeaseAlive(int64 token)
-{
-	LOCKTAG		tag;
-	SessionLease *entry = SessionLeaseFind(token);
-
-	if (entry != NULL)
-		return SessionLockHeld(entry);
-	if (RecoveryInProgress())
-		return true;
-
-	SessionLockTag(&tag, token);
-	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		return true;
-	LockRelease(&tag, ShareLock, false);
-	return false;
 }
 
 /*
@@ -460,5 +434,5 @@ dlock_holder_alive(PG_FUNCTION_ARGS)
 {
 	DlockCheckModuleVersion();
 
-	PG_RETURN_BOOL(SessionLeaseAlive(PG_GETARG_INT64(0)));
+	PG_RETURN_BOOL(SessionLockAlive(PG_GETARG_INT64(0)));
 }

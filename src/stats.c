@@ -93,7 +93,6 @@
 
 PG_FUNCTION_INFO_V1(dlock_stats);
 PG_FUNCTION_INFO_V1(dlock_stats_reset);
-PG_FUNCTION_INFO_V1(dlock_name_key);
 
 /* Superseded tokens remembered per name, for the stale-fence log line */
 #define STATS_PAST_LEASES		4
@@ -1073,19 +1072,4 @@ dlock_stats_reset(PG_FUNCTION_ARGS)
 	LWLockRelease(Stats->lock);
 
 	PG_RETURN_VOID();
-}
-
-/*
- * dlock_name_key - SQL function dlock.name_key(name text): the 64-bit key
- * of name's locks, as pg_locks shows it in classid (high 32 bits) and objid
- * (low 32 bits)
- */
-Datum
-dlock_name_key(PG_FUNCTION_ARGS)
-{
-	text	   *t = PG_GETARG_TEXT_PP(0);
-	LeaseName	name;
-
-	LeaseNameInit(&name, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-	PG_RETURN_INT64((int64) name.hash);
 }
