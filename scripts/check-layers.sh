@@ -12,10 +12,60 @@
 # Calls within a layer are allowed as long as they form no circle.
 #
 # Usage: scripts/check-layers.sh [OBJECT-DIR]   (default: src, after make)
+#        scripts/check-layers.sh --self-test    the check fails on a planted
+#                                               upward call and circle
 # Prints "ok N - ..." or "not ok N - ..." per check, then "N passed, N
-# failed"; exits non-zero when one failed.
+# failed"; exits non-zero when one failed.  CHECK_LAYERS_ROOT names another
+# tree (with src/LAYERS and src/*.c) to check than this one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+
+if [ "${1:-}" = --self-test ]; then
+    # A tree of four files: low calls up into high, and the two sql files
+    # call each other; the check must fail on both, naming the symbol and
+    # the files, and pass once the planted calls are gone
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    mkdir "$tmp/src"
+    printf 'low: low\nhigh: high\nsql: a b\n' >"$tmp/src/LAYERS"
+    printf 'int high_fn(void);\nint low_fn(void) { return %s; }\n' "${PLANT:-high_fn()}" >"$tmp/src/low.c"
+    printf 'int low_fn(void);\nint high_fn(void) { return low_fn(); }\n' >"$tmp/src/high.c"
+    printf 'int b_fn(void);\nint a_fn(void) { return b_fn(); }\n' >"$tmp/src/a.c"
+    printf 'int a_fn(void);\nint b_fn(void) { return %s; }\n' "${PLANT:-a_fn()}" >"$tmp/src/b.c"
+    for f in low high a b; do cc -c -o "$tmp/src/$f.o" "$tmp/src/$f.c"; done
+    n=0 failed=0
+    out=$(CHECK_LAYERS_ROOT=$tmp bash "$SELF" "$tmp/src" 2>&1 || true)
+    n=$((n + 1))
+    if grep -q 'not ok 2 - no call goes up a layer' <<<"$out" &&
+        grep -q 'low (low) calls high_fn of high (high)' <<<"$out"; then
+        echo "ok $n - a planted upward call fails the check, naming its symbol"
+    else
+        echo "not ok $n - a planted upward call fails the check, naming its symbol"; echo "$out"
+        failed=$((failed + 1))
+    fi
+    n=$((n + 1))
+    if grep -q 'not ok 3 - no circle of calls' <<<"$out" && grep -q '#   a b$' <<<"$out"; then
+        echo "ok $n - a planted circle fails the check, naming its files"
+    else
+        echo "not ok $n - a planted circle fails the check, naming its files"; echo "$out"
+        failed=$((failed + 1))
+    fi
+    printf 'int low_fn(void) { return 0; }\n' >"$tmp/src/low.c"
+    printf 'int b_fn(void) { return 1; }\n' >"$tmp/src/b.c"
+    for f in low b; do cc -c -o "$tmp/src/$f.o" "$tmp/src/$f.c"; done
+    n=$((n + 1))
+    if CHECK_LAYERS_ROOT=$tmp bash "$SELF" "$tmp/src" >/dev/null 2>&1; then
+        echo "ok $n - without them it passes"
+    else
+        echo "not ok $n - without them it passes"
+        failed=$((failed + 1))
+    fi
+    echo "$((n - failed)) passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+fi
+
+cd "${CHECK_LAYERS_ROOT:-$(dirname "$SELF")/..}"
 OBJ_DIR=${1:-src}
 
 perl -e '

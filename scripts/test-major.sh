@@ -16,10 +16,15 @@
 #     DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves some
 #     out (and says so)
 #
-# DLOCK_SUITES names the suites to run, all by default: regress
+#   - the assert lane (assert): a build with -DUSE_ASSERT_CHECKING, whose
+#     Asserts run (the conflict rule's table among them, at load), and the
+#     regression and isolation suites against it
+#
+# DLOCK_SUITES names the suites to run, all but assert by default: regress
 # regress-preloaded isolation isolation-preloaded isolation-test-build
-# isolation-test-build-preloaded tap.  The build, its warnings and its
-# exports are checked whatever it names.
+# isolation-test-build-preloaded tap (and assert).  The build, its
+# warnings, its exports and its layers (scripts/check-layers.sh) are
+# checked whatever it names.
 #
 # Every instance is private (pg_regress --temp-instance, or a TAP node) and
 # is stopped by whoever started it.  Run as root or as the user that owns
@@ -31,7 +36,7 @@ SUITES=" ${DLOCK_SUITES:-regress regress-preloaded isolation isolation-preloaded
 for suite in $SUITES; do
     case $suite in
         regress | regress-preloaded | isolation | isolation-preloaded | \
-            isolation-test-build | isolation-test-build-preloaded | tap) ;;
+            isolation-test-build | isolation-test-build-preloaded | tap | assert) ;;
         *) echo "DLOCK_SUITES: no suite \"$suite\"" >&2; exit 2 ;;
     esac
 done
@@ -58,9 +63,12 @@ count_check() {
 build() {
     as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" clean >/dev/null
     as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" \
-        PG_CFLAGS="-Wall -Wextra -Werror" "$@" &&
+        PG_CFLAGS="${EXTRA_CFLAGS:-} -Wall -Wextra -Werror" "$@" &&
         as_root make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" install >/dev/null
 }
+
+# assert_build: the same with PostgreSQL's Assert()s compiled in
+assert_build() { EXTRA_CFLAGS=-DUSE_ASSERT_CHECKING build; }
 
 # run_suite (scripts/common.sh) says which major each suite ran on
 SUITE_PREFIX="PostgreSQL $PG_MAJOR: "
@@ -79,6 +87,12 @@ if [ "$failed" -gt 0 ]; then
 fi
 count_check "PostgreSQL $PG_MAJOR: dlock.so exports only its entry points" \
     bash "$WORK/src/scripts/check-exports.sh" "$WORK/src/dlock.so"
+# quietly COMMAND...: its output only when it fails
+quietly() { local out; out=$("$@" 2>&1) || { printf '%s\n' "$out"; return 1; }; }
+count_check "PostgreSQL $PG_MAJOR: no call of src/ goes up a layer or in a circle (scripts/check-layers.sh)" \
+    quietly bash "$WORK/src/scripts/check-layers.sh" "$WORK/src/src"
+count_check "PostgreSQL $PG_MAJOR: the layer check fails on a planted upward call and circle" \
+    quietly bash "$WORK/src/scripts/check-layers.sh" --self-test
 
 # wanted SUITE: DLOCK_SUITES names it
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
@@ -98,6 +112,15 @@ if wanted isolation-test-build || wanted isolation-test-build-preloaded; then
         run_suite isolation-test-build-preloaded installcheck REGRESS= TAP_TESTS= \
             DLOCK_TEST_HOOKS=1 PRELOADED=1
     # what is left installed, and what the TAP suite runs, is the normal build
+    count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
+fi
+
+if wanted assert; then
+    say "PostgreSQL $PG_MAJOR: the assert lane (-DUSE_ASSERT_CHECKING)"
+    count_check "PostgreSQL $PG_MAJOR: the assert build builds without warning and installs" \
+        assert_build
+    run_suite regress-assert installcheck ISOLATION= TAP_TESTS=
+    run_suite isolation-assert installcheck REGRESS= TAP_TESTS=
     count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
 fi
 

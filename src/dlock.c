@@ -234,6 +234,9 @@ _PG_init(void)
 								NULL,
 								NULL);
 
+	/* The conflict rule as drawn is the lock manager's (assert builds) */
+	DlockConflictRuleCheck();
+
 	/* The test build's pause points (nothing in any other build) */
 	DlockTestHooksInit();
 

@@ -93,6 +93,16 @@ typedef enum DlockLockSpace
 #define DLOCK_SERIAL_LOCKMODE		ShareRowExclusiveLock
 #define DLOCK_GRANT_LOCKMODE		AccessExclusiveLock
 #define DLOCK_CLAIM_LOCKMODE		ExclusiveLock
+
+/*
+ * A name without rows has its first kind claimed (space 17489): shared
+ * leases share the claim, permits take it one at a time (their limits may
+ * differ).  The epoch lock (space 17490) serializes the moves of the token
+ * counter up to the clock (token.c).
+ */
+#define DLOCK_FIRST_SHARED_LOCKMODE	ShareLock
+#define DLOCK_FIRST_PERMIT_LOCKMODE	ExclusiveLock
+#define DLOCK_EPOCH_LOCKMODE		ExclusiveLock
 #define DLOCK_QUEUE_LOCKMODE		ExclusiveLock
 #define DLOCK_WATCH_LOCKMODE		AccessShareLock
 
@@ -587,6 +597,9 @@ DlockStatsCountKnown(const LeaseName *name, DlockStatsEvent event, bool has_rows
 extern void FenceCacheLeaseChanged(void);
 extern void FenceCacheAtEOXact(void);
 extern void FenceCacheAtSubAbort(SubTransactionId mySubid, SubTransactionId parentSubid);
+
+/* grant.c: the conflict rule's table, checked in assert-enabled builds */
+extern void DlockConflictRuleCheck(void);
 
 /* module_version.c: the module against the catalog's version */
 extern void DlockCheckModuleVersion(void);

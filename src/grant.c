@@ -45,6 +45,9 @@
  *    SERIAL         .        x        x       x       x
  *    GRANT          x        x        x       x       x
  *
+ * (DlockConflictRule below is this table in C; an assert-enabled build
+ * checks it against the lock manager's at load time.)
+ *
  * Why each decision holds:
  *
  *	- SERIAL and GRANT conflict with every mode that writes, so a serialized
@@ -358,11 +361,48 @@ AlongsideApplies(const LeaseRows *rows, const LeaseKind *kind)
 	return true;
 }
 
+/*
+ * The conflict rule on the name's lock, as drawn in the banner: the modes in
+ * their order there, and which conflict (row, column)
+ */
+static const LOCKMODE DlockRuleModes[5] pg_attribute_unused() = {
+	DLOCK_FENCE_LOCKMODE, DLOCK_ALONGSIDE_LOCKMODE, DLOCK_CHANGE_LOCKMODE,
+	DLOCK_SERIAL_LOCKMODE, DLOCK_GRANT_LOCKMODE
+};
+static const bool DlockConflictRule[5][5] pg_attribute_unused() = {
+	/* FENCE  ALONGSIDE  CHANGE  SERIAL  GRANT */
+	{false, false, false, false, true},	/* FENCE */
+	{false, false, false, true, true},	/* ALONGSIDE */
+	{false, false, true, true, true},	/* CHANGE */
+	{false, true, true, true, true},	/* SERIAL */
+	{true, true, true, true, true}	/* GRANT */
+};
+
+/*
+ * DlockConflictRuleCheck - the banner's table is the lock manager's for
+ * these modes (assert-enabled builds; from _PG_init)
+ */
+void
+DlockConflictRuleCheck(void)
+{
+#ifdef USE_ASSERT_CHECKING
+	LOCKTAG		tag;
+	LockMethod	method;
+
+	DlockLockTag(&tag, DLOCK_SPACE_NAME, 0);
+	method = GetLockTagsMethodTable(&tag);
+	for (int i = 0; i < 5; i++)
+		for (int j = 0; j < 5; j++)
+			Assert(((method->conflictTab[DlockRuleModes[i]] &
+					 LOCKBIT_ON(DlockRuleModes[j])) != 0) == DlockConflictRule[i][j]);
+#endif
+}
+
 /* The mode in which the first grants made alongside claim a kind */
 static LOCKMODE
 FirstKindMode(const LeaseKind *kind)
 {
-	return LeaseKindIsShared(kind) ? ShareLock : ExclusiveLock;
+	return LeaseKindIsShared(kind) ? DLOCK_FIRST_SHARED_LOCKMODE : DLOCK_FIRST_PERMIT_LOCKMODE;
 }
 
 /*

@@ -270,7 +270,7 @@ IncarnationMove(Oid seqrelid, Oid markerrelid, const TokenIncarnation *inc)
 	LOCKTAG		tag;
 
 	DlockLockTag(&tag, DLOCK_SPACE_EPOCH, 0);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	(void) LockAcquire(&tag, DLOCK_EPOCH_LOCKMODE, false, false);
 	if (!MarkerNames(markerrelid, inc))
 	{
 		bool		is_called;
@@ -282,7 +282,7 @@ IncarnationMove(Oid seqrelid, Oid markerrelid, const TokenIncarnation *inc)
 			SequenceSet(seqrelid, clock);
 		SequenceSet(markerrelid, IncarnationMark(inc));
 	}
-	LockRelease(&tag, ExclusiveLock, false);
+	LockRelease(&tag, DLOCK_EPOCH_LOCKMODE, false);
 }
 
 /*
