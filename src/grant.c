@@ -667,16 +667,23 @@ ChangeLockMode(const LeaseName *name)
 		DLOCK_SERIAL_LOCKMODE : DLOCK_CHANGE_LOCKMODE;
 }
 
+/* What ClaimOwnRow found */
+typedef enum OwnRowClaim
+{
+	OWN_ROW_CLAIMED,			/* owner's live lease, its slot claimed: *mine */
+	OWN_ROW_NONE,				/* owner holds none live; nothing claimed */
+	OWN_ROW_BUSY				/* its slot's claim was not had within limit */
+} OwnRowClaim;
+
 /*
  * ClaimOwnRow - read the rows of a name under its change lock (held by the
  * caller) and find owner's live lease, with its slot claimed when it is
- * > 0 and the rows read again after the claim: its index in *rows; -1 when
- * owner holds none live (claiming nothing); -2 when the claim was not
- * available within limit
+ * > 0 and the rows read again after the claim (its index in *rows is
+ * *mine)
  */
-static int
+static OwnRowClaim
 ClaimOwnRow(LeaseStore *store, const LeaseName *name, const char *owner,
-			WaitLimit limit, LeaseRows *rows, TimestampTz *now)
+			WaitLimit limit, LeaseRows *rows, TimestampTz *now, int *mine_out)
 {
 	int32		claimed = 0;
 	LOCKTAG		claim = {0};
@@ -699,17 +706,21 @@ ClaimOwnRow(LeaseStore *store, const LeaseName *name, const char *owner,
 			DLOCK_PAUSE("change_decide");
 		if (mine >= 0 && (rows->row[mine].slot == 0 ||
 						  rows->row[mine].slot == claimed))
-			return mine;
+		{
+			*mine_out = mine;
+			return OWN_ROW_CLAIMED;
+		}
 
 		/* Not held, or held in a slot not claimed yet */
 		if (claimed != 0)
 			LockRelease(&claim, DLOCK_CLAIM_LOCKMODE, false);
 		claimed = 0;
+		*mine_out = -1;
 		if (mine < 0)
-			return -1;
+			return OWN_ROW_NONE;
 		SlotClaimTag(&claim, name, rows->row[mine].slot);
 		if (!LockAcquireWithin(&claim, DLOCK_CLAIM_LOCKMODE, limit))
-			return -2;
+			return OWN_ROW_BUSY;
 		claimed = rows->row[mine].slot;
 		DLOCK_PAUSE("change_claim");
 	}
@@ -734,8 +745,7 @@ AttemptExtend(const GrantRequest *req, WaitLimit limit, LeaseRow *row,
 	if (!NameLockAcquire(name, mode, limit))
 		return GRANT_BUSY;
 	LeaseStoreOpen(&store, RowExclusiveLock);
-	mine = ClaimOwnRow(&store, name, req->owner, limit, &rows, &now);
-	if (mine == -2)
+	if (ClaimOwnRow(&store, name, req->owner, limit, &rows, &now, &mine) == OWN_ROW_BUSY)
 	{
 		NameLockRelease(name, mode);
 		LeaseStoreClose(&store);
@@ -864,8 +874,7 @@ FetchHeldLease(LeaseStore *store, const LeaseName *name, const char *owner,
 
 	NameLockAcquire(name, mode, WaitForever);
 	LeaseStoreOpen(store, RowExclusiveLock);
-	mine = ClaimOwnRow(store, name, owner, WaitForever, &rows, now);
-	if (mine >= 0)
+	if (ClaimOwnRow(store, name, owner, WaitForever, &rows, now, &mine) == OWN_ROW_CLAIMED)
 	{
 		*row = rows.row[mine];
 		return true;
