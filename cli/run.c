@@ -436,10 +436,26 @@ query_until(PGconn *conn, const char *sql, int nparams, const char *const *param
 		}
 	}
 
-	/* one statement: the first result is the answer, then NULL */
+	/*
+	 * One statement: the first result is the answer, then NULL, unless an
+	 * error follows it.  The rows of an autocommit statement arrive before
+	 * its commit; an error after them (the backend terminated while its
+	 * commit waited for a synchronous standby, the connection cut) means
+	 * the statement may not be durable, and a renewal that may be lost in a
+	 * failover must not extend the lease: the error is the answer.
+	 */
 	*res = PQgetResult(conn);
 	for (PGresult *extra; (extra = PQgetResult(conn)) != NULL;)
-		PQclear(extra);
+	{
+		if (*res != NULL && PQresultStatus(*res) != PGRES_FATAL_ERROR &&
+			PQresultStatus(extra) == PGRES_FATAL_ERROR)
+		{
+			PQclear(*res);
+			*res = extra;
+		}
+		else
+			PQclear(extra);
+	}
 	if (*res == NULL && outcome == QUERY_DONE)
 		return QUERY_BROKEN;
 	return outcome;

@@ -600,6 +600,34 @@ note 'run -v: a FATAL message while renewing is one line, with no empty line aft
 		'stderr is exactly: acquired, renew failed (FATAL), reconnected, renewed, released') or diag $verr;
 }
 
+note 'a renewal whose commit was cut does not extend the lease';
+{
+	# The renew's commit waits for a synchronous standby that never comes;
+	# its backend is terminated there: the row came back before the commit,
+	# which may not be durable, so the run must count the renewal as failed
+	my ($vout, $verr) = ('', '');
+	# commits wait for synchronous standbys only where WAL senders may run
+	$node->append_conf('postgresql.conf', "wal_level = replica\nmax_wal_senders = 2\n");
+	$node->restart;
+	local $ENV{PGAPPNAME} = 'dlock-cut-commit';
+	my $run = IPC::Run::start([ $dlock, 'run', 'cut-commit', '--ttl', '3s', '-v', '--', 'sleep', '4' ],
+		'>', \$vout, '2>', \$verr);
+	$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'cut-commit' AND state = 'live'})
+	  or die 'run did not start';
+	$node->safe_psql('postgres', q{ALTER SYSTEM SET synchronous_standby_names = 'ghost'; SELECT pg_reload_conf()});
+	$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+			WHERE application_name = 'dlock-cut-commit' AND wait_event = 'SyncRep'})
+	  or die 'the renew did not wait for the synchronous standby';
+	$node->safe_psql('postgres', q{ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf();
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		 WHERE application_name = 'dlock-cut-commit' AND wait_event = 'SyncRep'});
+	$run->finish;
+	like($verr, qr/might not have been replicated[^\n]*\ndlock: renew failed: /,
+		'the renewal whose commit was cut is counted as failed') or diag $verr;
+	my @renewed_before_cut = ($verr =~ /renewed lease "cut-commit".*\n(?=.*renew failed)/sg);
+	is(scalar(@renewed_before_cut), 0, 'and was not reported renewed first') or diag $verr;
+}
+
 note 'signals are forwarded';
 my $trap = "$dir/trapped";
 $h = IPC::Run::start([ $dlock, 'run', 'signals', '--', 'sh', '-c',
