@@ -10,8 +10,8 @@
  * ever had holders at once).
  *
  * Who may read and write a name's rows under which lock is the conflict
- * rule, written once in the banner of grant.c (and in docs/internals.md,
- * I2); the lock modes below are its vocabulary.  The states of a lease, and
+ * rule, drawn once, in the banner of grant.c (I2 in docs/internals.md points
+ * there); the lock modes below are its vocabulary.  The states of a lease, and
  * the kinds of lease and what each may share with which, are written once
  * in lease_status.c.
  *
@@ -56,9 +56,10 @@ typedef enum DlockLockSpace
 	DLOCK_SPACE_WATCH = 17487,	/* key: name hash; held by dlock.watch() callers */
 	DLOCK_SPACE_TOKEN = 17488,	/* key: token; pins a token of a slot > 0 */
 	DLOCK_SPACE_CLAIM = 17489,	/* key: name hash mixed with a slot or an
-								 * owner: who writes a slot > 0 (or slot 0,
-								 * granting alongside), or grants alongside
-								 * for an owner */
+								 * owner or the kind: who writes a slot > 0
+								 * (or slot 0, granting alongside), who
+								 * grants alongside for an owner, and the
+								 * first grants of a name without rows */
 	DLOCK_SPACE_EPOCH = 17490	/* key 0: moves the token counter up to the
 								 * clock at an incarnation's first grant
 								 * (token.c) */

@@ -2,8 +2,9 @@
  *
  * lease_status.c
  *	  The lease state model: what a lease row means at a given moment, how
- *	  the events of a lease move it from state to state, and
- *	  dlock.lease_states(), the function behind the view dlock.leases.
+ *	  the events of a lease move it from state to state, and which rows a
+ *	  request may take (LeaseDecide).  The view dlock.leases reads it
+ *	  through sql_views.c.
  *
  * Every rule about states is written here once; the functions that grant,
  * change and check leases (grant.c, fence.c, session.c) and the view

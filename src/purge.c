@@ -106,6 +106,8 @@
  * waited for the purge's commit, so its own (flushed) commit record comes
  * after the purge's in the WAL.
  *
+ * Invariants: I17 in docs/internals.md.
+ *
  * Copyright (c) 2026, dlock developers
  *
  * IDENTIFICATION

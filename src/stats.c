@@ -2,9 +2,8 @@
  *
  * stats.c
  *	  Per-name statistics in shared memory (dlock.stats, dlock.stats_reset),
- *	  the log line of stale tokens checked by dlock.fence()
- *	  (dlock.log_stale_fences), and dlock.name_key(), which lets dlock.locks
- *	  name the locks in pg_locks.
+ *	  and the log line of stale tokens checked by dlock.fence()
+ *	  (dlock.log_stale_fences).
  *
  * The statistics exist only when dlock is in shared_preload_libraries: the
  * postmaster then reserves a hash table of dlock.stats_max entries, one per
@@ -63,6 +62,8 @@
  * Without preloading, every counting call is one branch on
  * dlock_stats_counting (dlock.h) and reading the statistics fails.
  * Invariants of the lease itself are in docs/internals.md.
+ *
+ * Invariants: I18 in docs/internals.md.
  *
  * Copyright (c) 2026, dlock developers
  *
