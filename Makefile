@@ -150,6 +150,12 @@ test-drivers: install
 test-histories:
 	bash scripts/test-histories.sh
 
+# dlock under Patroni in network namespaces with partitions, packet loss,
+# pauses, clock faults and kill -9 (as root; not yet part of CI)
+.PHONY: test-faults
+test-faults:
+	bash test/faults/run.sh
+
 # dlock under real HA managers (pg_auto_failover, then Patroni with etcd): switchover and crash
 test-ha:
 	bash test/ha/run.sh

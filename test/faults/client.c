@@ -1,0 +1,552 @@
+/*
+ * client.c
+ *	  The clients of the fault suite (test/faults/faults.pl): they record
+ *	  every operation they make, with its outcome, for the checker.
+ *
+ * Every operation leaves two lines in the history file: one when it is
+ * sent (invoke) and one when its outcome is known, which is one of
+ *
+ *	ok		the server acknowledged it
+ *	fail	it certainly did not take effect: an ERROR on a connection that
+ *			is still up (the statement's transaction rolled back), or a
+ *			fenced write that matched no row (the fence said no)
+ *	unknown	the connection broke, the server sent FATAL, or no answer came
+ *			before the operation's deadline: it may or may not have taken
+ *			effect
+ *
+ * A line is
+ *
+ *	WALL MONO PROCESS TYPE F NAME TOKEN ELEMENT NODE DETAIL
+ *
+ * WALL and MONO are CLOCK_REALTIME and CLOCK_MONOTONIC in seconds (every
+ * namespace of the suite shares the machine's clocks, so both compare
+ * across processes); F is acquire, write, release or stop; "-" stands for
+ * what is not known.  NODE is the address of the server that answered
+ * (inet_server_addr()), or of the one the operation was sent to.
+ *
+ * A query is never cancelled: a cancel that reaches a commit waiting for a
+ * synchronous standby turns it into a success that was not replicated.
+ * One that has no answer by its deadline has its connection closed and
+ * counts as unknown.
+ *
+ * Modes:
+ *
+ *	client set CONNINFO HISTORY PROCESS WORKERS NAMES TTL
+ *		WORKERS processes loop until SIGTERM: acquire a random name of NAMES
+ *		(owner of their own, ttl TTL), insert a unique element into
+ *		fault_set under dlock.fence(), release.  Worker W writes
+ *		HISTORY.W.
+ *	client contend CONNINFO HISTORY PROCESS NAME
+ *		loop until SIGTERM: try_acquire NAME every 50 ms, release it at once
+ *		when granted; every grant is in the history, with the time its try
+ *		was sent.
+ *	client child HISTORY PROCESS
+ *		the command of "dlock run": loops writing rows of fault_child under
+ *		dlock.fence($DLOCK_NAME, $DLOCK_TOKEN) through $FAULTS_CONNINFO; on
+ *		SIGTERM it records "stop" and exits at once.
+ */
+#define _DEFAULT_SOURCE
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+/* how long an operation may go unanswered before it counts as unknown */
+#define OP_DEADLINE_S 8.0
+
+/* the answering server and its timeline: ADDRESS/TIMELINE, an epoch */
+#define NODE_SQL "host(inet_server_addr()) || '/' || " \
+	"substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8)"
+
+typedef enum Outcome
+{
+	OUT_OK,
+	OUT_FAIL,
+	OUT_UNKNOWN
+} Outcome;
+
+static const char *conninfo;
+static const char *process;
+static FILE *history;
+static volatile sig_atomic_t stopping = 0;
+static bool stop_at_once = false;	/* the child: SIGTERM ends a query too */
+
+static double
+clock_s(clockid_t which)
+{
+	struct timespec ts;
+
+	clock_gettime(which, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* record - one history line, written through at once */
+static void
+record(const char *type, const char *f, const char *name, const char *token,
+	   const char *elem, const char *node, const char *detail)
+{
+	fprintf(history, "%.6f %.6f %s %s %s %s %s %s %s %s\n",
+			clock_s(CLOCK_REALTIME), clock_s(CLOCK_MONOTONIC), process, type, f,
+			name ? name : "-", token && *token ? token : "-", elem ? elem : "-",
+			node && *node ? node : "-", detail && *detail ? detail : "-");
+	fflush(history);
+}
+
+static void
+on_term(int signo)
+{
+	(void) signo;
+	stopping = 1;
+}
+
+/* append_number - decimal digits of v into buf at *len (signal-safe) */
+static void
+append_number(char *buf, size_t *len, unsigned long long v, int min_digits)
+{
+	char		digits[24];
+	int			n = 0;
+
+	do
+	{
+		digits[n++] = '0' + v % 10;
+		v /= 10;
+	} while (v > 0 || n < min_digits);
+	while (n > 0)
+		buf[(*len)++] = digits[--n];
+}
+
+static char child_tail[256];	/* " PROCESS ok stop NAME TOKEN - - sigterm\n" */
+static int	history_fd = -1;
+
+/*
+ * on_term_child - the command of dlock run stops at the signal itself,
+ * wherever it is (a connection attempt does not look at flags): the stop
+ * is recorded with one write(2) and the process exits
+ */
+static void
+on_term_child(int signo)
+{
+	char		line[400];
+	size_t		len = 0;
+	struct timespec wall,
+				mono;
+
+	(void) signo;
+	clock_gettime(CLOCK_REALTIME, &wall);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	append_number(line, &len, wall.tv_sec, 1);
+	line[len++] = '.';
+	append_number(line, &len, wall.tv_nsec / 1000, 6);
+	line[len++] = ' ';
+	append_number(line, &len, mono.tv_sec, 1);
+	line[len++] = '.';
+	append_number(line, &len, mono.tv_nsec / 1000, 6);
+	for (const char *t = child_tail; *t && len < sizeof(line); t++)
+		line[len++] = *t;
+	(void) !write(history_fd, line, len);
+	_exit(0);
+}
+
+/* a connection, or NULL after a short pause */
+static PGconn *
+connect_db(void)
+{
+	PGconn	   *conn = PQconnectdb(conninfo);
+
+	if (PQstatus(conn) == CONNECTION_OK)
+		return conn;
+	PQfinish(conn);
+	usleep(200000);
+	return NULL;
+}
+
+/*
+ * run - one statement, answered by its deadline or counted unknown; *res
+ * holds the result when OUT_OK (the caller clears it).  On OUT_UNKNOWN the
+ * connection is closed and *conn set to NULL.
+ *
+ * The outcome is known only once the server says it is ready for the next
+ * query: with the extended protocol an autocommit statement's rows and
+ * CommandComplete come before its commit, which may then wait for a
+ * synchronous standby, or fail (a shutdown ends the wait with FATAL).  So
+ * the results are read to the end, within the same deadline, and an error
+ * after the rows decides the outcome.
+ */
+static Outcome
+run(PGconn **conn, const char *sql, int nparams, const char *const *params,
+	PGresult **res, char *detail, size_t detail_size)
+{
+	double		deadline = clock_s(CLOCK_MONOTONIC) + OP_DEADLINE_S;
+	PGresult   *r = NULL;
+	Outcome		out;
+
+	*res = NULL;
+	snprintf(detail, detail_size, "-");
+	if (!PQsendQueryParams(*conn, sql, nparams, NULL, params, NULL, NULL, 0))
+		goto broken;
+	for (;;)
+	{
+		PGresult   *next;
+
+		for (;;)
+		{
+			struct pollfd pfd;
+			double		left;
+
+			if (!PQconsumeInput(*conn))
+				goto broken;
+			if (!PQisBusy(*conn))
+				break;
+			left = deadline - clock_s(CLOCK_MONOTONIC);
+			if (stop_at_once && stopping)
+			{
+				snprintf(detail, detail_size, "stopped");
+				goto drop;
+			}
+			if (left <= 0)
+			{
+				snprintf(detail, detail_size, "deadline");
+				goto drop;
+			}
+			pfd.fd = PQsocket(*conn);
+			pfd.events = POLLIN;
+			if (poll(&pfd, 1, (int) (left * 1000) + 1) < 0 && errno != EINTR)
+				goto broken;
+		}
+		next = PQgetResult(*conn);
+		if (next == NULL)
+			break;				/* ready for the next query: the outcome is known */
+		if (r == NULL || PQresultStatus(next) == PGRES_FATAL_ERROR)
+		{
+			PQclear(r);
+			r = next;
+		}
+		else
+			PQclear(next);
+	}
+	if (r != NULL && (PQresultStatus(r) == PGRES_TUPLES_OK ||
+					  PQresultStatus(r) == PGRES_COMMAND_OK))
+	{
+		*res = r;
+		return OUT_OK;
+	}
+	if (r != NULL)
+	{
+		const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		const char *severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+
+		snprintf(detail, detail_size, "%s", state ? state : "none");
+
+		/*
+		 * An ERROR that leaves the connection up rolled the statement back;
+		 * a FATAL (a shutdown may end a commit that waits for a standby
+		 * after it committed locally) or a lost connection says nothing
+		 */
+		if (state != NULL && severity != NULL && strcmp(severity, "ERROR") == 0 &&
+			PQstatus(*conn) == CONNECTION_OK && strncmp(state, "08", 2) != 0)
+		{
+			PQclear(r);
+			return OUT_FAIL;
+		}
+	}
+	else
+		snprintf(detail, detail_size, "noresult");
+	goto drop;
+
+broken:
+	snprintf(detail, detail_size, "broken");
+drop:
+	out = OUT_UNKNOWN;
+	PQclear(r);
+	PQfinish(*conn);
+	*conn = NULL;
+	return out;
+}
+
+static const char *const outcome_name[] = {"ok", "fail", "unknown"};
+
+/* the server's address, for lines about an operation that was not answered */
+static const char *
+sent_to(PGconn *conn)
+{
+	const char *h = conn ? PQhostaddr(conn) : NULL;
+
+	return h && *h ? h : "-";
+}
+
+static void
+set_worker(int worker, const char *names_text, const char *ttl)
+{
+	PGconn	   *conn = NULL;
+	int			nnames = atoi(names_text);
+	long		seq = 0;
+	char		me[128];
+
+	snprintf(me, sizeof(me), "%s.%d", process, worker);
+	process = me;
+	srandom(getpid() ^ (unsigned) clock_s(CLOCK_REALTIME));
+	while (!stopping)
+	{
+		char		name[32];
+		char		owner[160];
+		char		elem[160];
+		char		token[32] = "";
+		char		node[64] = "";
+		char		detail[32];
+		PGresult   *res;
+		Outcome		out;
+
+		if (conn == NULL && (conn = connect_db()) == NULL)
+			continue;
+		seq++;
+		snprintf(name, sizeof(name), "set:%ld", 1 + random() % nnames);
+		snprintf(owner, sizeof(owner), "%s.%ld", process, seq);
+		snprintf(elem, sizeof(elem), "%s.%ld", process, seq);
+
+		record("invoke", "acquire", name, NULL, elem, sent_to(conn), NULL);
+		out = run(&conn,
+				  "SELECT token, " NODE_SQL
+				  "  FROM dlock.acquire($1, $2::interval, $3, timeout => '2s')",
+				  3, (const char *const[]) {name, ttl, owner}, &res, detail, sizeof(detail));
+		if (out == OUT_OK)
+		{
+			snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
+			snprintf(node, sizeof(node), "%s", PQgetvalue(res, 0, 1));
+			PQclear(res);
+		}
+		record(outcome_name[out], "acquire", name, token, elem, *node ? node : "-", detail);
+		if (out != OUT_OK)
+			continue;
+
+		record("invoke", "write", name, token, elem, node, NULL);
+		out = run(&conn,
+				  "INSERT INTO fault_set (name, token, elem, node)"
+				  " SELECT $1, $2, $3, inet_server_addr() WHERE dlock.fence($1, $2)"
+				  " RETURNING " NODE_SQL,
+				  3, (const char *const[]) {name, token, elem}, &res, detail, sizeof(detail));
+		if (out == OUT_OK)
+		{
+			if (PQntuples(res) != 1)
+			{
+				out = OUT_FAIL;
+				snprintf(detail, sizeof(detail), "fenced");
+			}
+			else
+				snprintf(node, sizeof(node), "%s", PQgetvalue(res, 0, 0));
+			PQclear(res);
+		}
+		record(outcome_name[out], "write", name, token, elem, node, detail);
+		if (out == OUT_UNKNOWN)
+			continue;
+
+		record("invoke", "release", name, token, elem, node, NULL);
+		out = run(&conn, "SELECT dlock.release($1, $2)", 2,
+				  (const char *const[]) {name, owner}, &res, detail, sizeof(detail));
+		if (out == OUT_OK)
+			PQclear(res);
+		record(outcome_name[out], "release", name, token, elem, node, detail);
+	}
+	PQfinish(conn);
+}
+
+static int
+run_set(char **argv)
+{
+	int			workers = atoi(argv[5]);
+	int			status = 0;
+	pid_t	   *pids = calloc(workers, sizeof(pid_t));
+
+	if (pids == NULL)
+		return 2;
+	for (int w = 0; w < workers; w++)
+	{
+		pid_t		pid = fork();
+
+		if (pid == 0)
+		{
+			char		path[4096];
+
+			snprintf(path, sizeof(path), "%s.%d", argv[3], w);
+			history = fopen(path, "a");
+			if (history == NULL)
+				_exit(2);
+			set_worker(w, argv[6], argv[7]);
+			fclose(history);
+			_exit(0);
+		}
+		if (pid < 0)
+			return 2;
+		pids[w] = pid;
+	}
+	for (int w = 0; w < workers; w++)
+	{
+		int			ws;
+
+		while (waitpid(pids[w], &ws, 0) < 0)
+		{
+			if (errno != EINTR)
+				return 2;
+			/* SIGTERM came to us: pass it on */
+			for (int v = 0; v < workers; v++)
+				kill(pids[v], SIGTERM);
+		}
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+			status = 1;
+	}
+	return status;
+}
+
+static int
+run_contend(const char *name)
+{
+	PGconn	   *conn = NULL;
+	long		seq = 0;
+
+	while (!stopping)
+	{
+		char		owner[160];
+		char		detail[32];
+		char		inv_wall[32];
+		char		inv_mono[32];
+		PGresult   *res;
+		Outcome		out;
+
+		if (conn == NULL && (conn = connect_db()) == NULL)
+			continue;
+		snprintf(owner, sizeof(owner), "%s.%ld", process, ++seq);
+		snprintf(inv_wall, sizeof(inv_wall), "%.6f", clock_s(CLOCK_REALTIME));
+		snprintf(inv_mono, sizeof(inv_mono), "%.6f", clock_s(CLOCK_MONOTONIC));
+
+		/*
+		 * A try every 50 ms rather than a waiting acquire, so that the
+		 * grant is known to have come after the try was sent, and not
+		 * long after; only the grants are recorded, with the time their
+		 * try was sent
+		 */
+		out = run(&conn,
+				  "SELECT token, " NODE_SQL " FROM dlock.try_acquire($1, '5s', $2)",
+				  2, (const char *const[]) {name, owner}, &res, detail, sizeof(detail));
+		if (out == OUT_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+		{
+			fprintf(history, "%s %s %s invoke acquire %s - %s - -\n",
+					inv_wall, inv_mono, process, name, owner);
+			record("ok", "acquire", name, PQgetvalue(res, 0, 0), owner, PQgetvalue(res, 0, 1), NULL);
+			PQclear(res);
+			out = run(&conn, "SELECT dlock.release($1, $2)", 2,
+					  (const char *const[]) {name, owner}, &res, detail, sizeof(detail));
+			if (out == OUT_OK)
+				PQclear(res);
+			/* leave the name to the dlock run that waits for it */
+			usleep(500000);
+			continue;
+		}
+		if (out == OUT_OK)
+			PQclear(res);
+		usleep(50000);
+	}
+	PQfinish(conn);
+	return 0;
+}
+
+static int
+run_child(void)
+{
+	const char *name = getenv("DLOCK_NAME");
+	const char *token = getenv("DLOCK_TOKEN");
+	PGconn	   *conn = NULL;
+	long		n = 0;
+
+	struct sigaction sa;
+
+	if (name == NULL || token == NULL || conninfo == NULL)
+		return 2;
+	stop_at_once = true;
+	record("start", "stop", name, token, "-", "-", NULL);
+	snprintf(child_tail, sizeof(child_tail), " %s ok stop %s %s - - sigterm\n", process, name, token);
+	history_fd = fileno(history);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_term_child;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	while (!stopping)
+	{
+		char		ntext[160];
+		char		node[64] = "";
+		char		detail[32];
+		PGresult   *res;
+		Outcome		out;
+
+		if (conn == NULL && (conn = connect_db()) == NULL)
+			continue;
+		snprintf(ntext, sizeof(ntext), "%s.%ld", process, ++n);
+		record("invoke", "write", name, token, ntext, sent_to(conn), NULL);
+		out = run(&conn,
+				  "INSERT INTO fault_child (name, token, elem)"
+				  " SELECT $1, $2, $3 WHERE dlock.fence($1, $2)"
+				  " RETURNING " NODE_SQL,
+				  3, (const char *const[]) {name, token, ntext}, &res, detail, sizeof(detail));
+		if (out == OUT_OK)
+		{
+			if (PQntuples(res) != 1)
+			{
+				out = OUT_FAIL;
+				snprintf(detail, sizeof(detail), "fenced");
+			}
+			else
+				snprintf(node, sizeof(node), "%s", PQgetvalue(res, 0, 0));
+			PQclear(res);
+		}
+		record(outcome_name[out], "write", name, token, ntext, *node ? node : "-", detail);
+		usleep(100000);
+	}
+	/* not reached: SIGTERM ends the process in its handler */
+	PQfinish(conn);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_term;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+
+	if (argc == 8 && strcmp(argv[1], "set") == 0)
+	{
+		conninfo = argv[2];
+		process = argv[4];
+		return run_set(argv);
+	}
+	if (argc == 6 && strcmp(argv[1], "contend") == 0)
+	{
+		conninfo = argv[2];
+		process = argv[4];
+		history = fopen(argv[3], "a");
+		return history ? run_contend(argv[5]) : 2;
+	}
+	if (argc == 4 && strcmp(argv[1], "child") == 0)
+	{
+		conninfo = getenv("FAULTS_CONNINFO");
+		process = argv[3];
+		history = fopen(argv[2], "a");
+		return history ? run_child() : 2;
+	}
+	fprintf(stderr, "usage: %s set CONNINFO HISTORY PROCESS WORKERS NAMES TTL\n"
+			"       %s contend CONNINFO HISTORY PROCESS NAME\n"
+			"       %s child HISTORY PROCESS\n", argv[0], argv[0], argv[0]);
+	return 2;
+}
