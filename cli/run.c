@@ -134,6 +134,8 @@ typedef struct Lease
 	double		valid_until;	/* monotonic seconds */
 	double		next_renew;		/* monotonic seconds */
 	double		retry_s;		/* current reconnect backoff */
+	PGcancel   *late_cancel;	/* a renew left at its deadline, to cancel
+								 * once the command is stopped */
 } Lease;
 
 typedef enum QueryOutcome
@@ -382,11 +384,15 @@ cancel_query(PGconn *conn)
 /*
  * query_until - run a parameterized query, waiting at most until deadline
  * (monotonic seconds).  Signals for a running child are forwarded
- * meanwhile; with stop_on_signal a signal cancels the query instead.
+ * meanwhile; with stop_on_signal a signal cancels the query instead.  At
+ * the deadline the query is cancelled, unless cancel_at_deadline is false:
+ * a cancel waits for the server with no limit of its own (PQcancel), which
+ * a caller that must stop its command by the deadline cannot afford first.
  */
 static QueryOutcome
 query_until(PGconn *conn, const char *sql, int nparams, const char *const *params,
-			double deadline, pid_t child, bool stop_on_signal, PGresult **res)
+			double deadline, pid_t child, bool stop_on_signal, bool cancel_at_deadline,
+			PGresult **res)
 {
 	QueryOutcome outcome = QUERY_DONE;	/* or QUERY_SIGNALLED, once it is */
 
@@ -419,7 +425,8 @@ query_until(PGconn *conn, const char *sql, int nparams, const char *const *param
 		{
 			if (outcome == QUERY_SIGNALLED)
 				return outcome;
-			cancel_query(conn);
+			if (cancel_at_deadline)
+				cancel_query(conn);
 			return QUERY_DEADLINE;
 		}
 		fds[0].fd = PQsocket(conn);
@@ -766,7 +773,7 @@ say_busy(PGconn *conn, const RunOptions *opts)
 					"   AND (state = 'live' OR grantable_at > clock_timestamp())"
 					" ORDER BY state <> 'live', token DESC"
 					" LIMIT 3",
-					1, params, now_s() + CANCEL_WAIT_S, 0, false, &res) == QUERY_DONE &&
+					1, params, now_s() + CANCEL_WAIT_S, 0, false, true, &res) == QUERY_DONE &&
 		db_result_ok(res))
 		rows = PQntuples(res);
 
@@ -826,7 +833,7 @@ release(PGconn **conn, const RunOptions *opts, Lease *lease)
 	}
 	if (*conn != NULL &&
 		query_until(*conn, "SELECT dlock.release($1, $2)", 2, params,
-					now_s() + 10, 0, false, &res) == QUERY_DONE && db_result_ok(res))
+					now_s() + 10, 0, false, true, &res) == QUERY_DONE && db_result_ok(res))
 	{
 		if (strcmp(PQgetvalue(res, 0, 0), "t") == 0)
 			info("released lease \"%s\"", opts->name);
@@ -943,7 +950,7 @@ acquire_by_polling(PGconn **conn, const RunOptions *opts, Lease *lease,
 		strncat(sql, ")", sizeof(sql) - strlen(sql) - 1);
 		sent_at = now_s();
 		outcome = query_until(*conn, sql, nparams, params,
-							  now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, &res);
+							  now_s() + ANSWER_GRACE_S + lease->ttl_s, 0, true, true, &res);
 
 		/* a refusal, in either form (see granted), is "busy" */
 		if (outcome == QUERY_DONE && granted(res))
@@ -1052,7 +1059,7 @@ acquire(PGconn **conn, const RunOptions *opts, Lease *lease, double wait_deadlin
 		strncat(sql, ")", sizeof(sql) - strlen(sql) - 1);
 		sent_at = now_s();
 		outcome = query_until(*conn, sql, nparams, params,
-							  wait_deadline + ANSWER_GRACE_S, 0, true, &res);
+							  wait_deadline + ANSWER_GRACE_S, 0, true, true, &res);
 
 		if (outcome == QUERY_SIGNALLED)
 		{
@@ -1148,7 +1155,7 @@ renew(PGconn **conn, const RunOptions *opts, Lease *lease, pid_t child, const ch
 	outcome = query_until(*conn,
 						  "SELECT extract(epoch FROM expires_at - clock_timestamp()), expires_at"
 						  "  FROM dlock.renew($1, $2, $3::interval)",
-						  3, params, lease->valid_until, child, false, &res);
+						  3, params, lease->valid_until, child, false, false, &res);
 	if (outcome == QUERY_DONE && db_result_ok(res))
 	{
 		if (PQgetisnull(res, 0, 0))
@@ -1167,6 +1174,8 @@ renew(PGconn **conn, const RunOptions *opts, Lease *lease, pid_t child, const ch
 	info("renew failed: %s", outcome == QUERY_DONE ? PQresultErrorMessage(res) :
 		 outcome == QUERY_DEADLINE ? "no answer in time" : PQerrorMessage(*conn));
 	PQclear(res);
+	if (outcome == QUERY_DEADLINE && lease->late_cancel == NULL)
+		lease->late_cancel = PQgetCancel(*conn);
 	if (outcome != QUERY_DONE || PQstatus(*conn) != CONNECTION_OK)
 	{
 		PQfinish(*conn);
@@ -1177,12 +1186,33 @@ renew(PGconn **conn, const RunOptions *opts, Lease *lease, pid_t child, const ch
 	return true;
 }
 
+/*
+ * cancel_late_renew - cancel the renew that was left at the lease's
+ * deadline, now that the command has been told to stop: the cancel may wait
+ * for an unresponsive server as long as it likes (PQcancel has no limit),
+ * and a renew that the server would still commit would only keep the lease
+ * held, by nobody, until its ttl
+ */
+static void
+cancel_late_renew(Lease *lease)
+{
+	char		errbuf[256];
+
+	if (lease->late_cancel == NULL)
+		return;
+	(void) PQcancel(lease->late_cancel, errbuf, sizeof(errbuf));
+	PQfreeCancel(lease->late_cancel);
+	lease->late_cancel = NULL;
+}
+
 static void
 free_lease(Lease *lease)
 {
 	free(lease->owner);
 	free(lease->token);
 	free(lease->expires_at);
+	if (lease->late_cancel != NULL)
+		PQfreeCancel(lease->late_cancel);
 }
 
 int
@@ -1313,6 +1343,7 @@ run_command(const RunOptions *opts)
 				complain("lease \"%s\" lost: %s; stopping the command", opts->name, lost);
 				signal_child(child, SIGTERM);
 				kill_at = now_s() + kill_after;
+				cancel_late_renew(&lease);
 			}
 		}
 		else if (!killed && now >= kill_at)

@@ -618,14 +618,46 @@ note 'a renewal whose commit was cut does not extend the lease';
 	$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
 			WHERE application_name = 'dlock-cut-commit' AND wait_event = 'SyncRep'})
 	  or die 'the renew did not wait for the synchronous standby';
-	$node->safe_psql('postgres', q{ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf();
-		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	# terminated first: a reload that empties synchronous_standby_names
+	# releases the wait, and the renew would then commit normally
+	$node->safe_psql('postgres', q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		 WHERE application_name = 'dlock-cut-commit' AND wait_event = 'SyncRep'});
+	$node->safe_psql('postgres', q{ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf()});
 	$run->finish;
 	like($verr, qr/might not have been replicated[^\n]*\ndlock: renew failed: /,
 		'the renewal whose commit was cut is counted as failed') or diag $verr;
 	my @renewed_before_cut = ($verr =~ /renewed lease "cut-commit".*\n(?=.*renew failed)/sg);
 	is(scalar(@renewed_before_cut), 0, 'and was not reported renewed first') or diag $verr;
+}
+
+note "a server that does not answer: the command stops by the lease's deadline";
+{
+	# The backend and the postmaster are stopped: the renew gets no answer,
+	# and a cancel would wait for them.  The command must be stopped by
+	# the lease's validity deadline all the same (the cancel waits after).
+	local $ENV{PGAPPNAME} = 'dlock-stopped-server';
+	my $ticks = "$dir/ticks-stopped-server";
+	my $run = IPC::Run::start([ $dlock, 'run', 'stopped-server', '--ttl', '3s', '--',
+			ticking_child($ticks, 30) ], '2>', \my $stopped_err);
+	$node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM dlock.leases WHERE name = 'stopped-server' AND state = 'live'})
+	  or die 'run did not start';
+	my $granted = time;
+	my $backend = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity
+		   WHERE application_name = 'dlock-stopped-server' AND pid <> pg_backend_pid()});
+	my ($postmaster) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	like("$backend $postmaster", qr/^\d+ \d+$/, 'the run\'s backend and the postmaster, to stop')
+	  or die 'no pids';
+	kill 'STOP', $backend, $postmaster;
+	sleep 5;
+	my $last = last_tick($ticks);
+	kill 'CONT', $postmaster, $backend;
+	$run->finish;
+	cmp_ok($last - $granted, '<', 3.0,
+		'the command stopped within the lease\'s ttl of 3 s, though the server answered nothing')
+	  or diag $stopped_err;
+	is($run->full_result >> 8, 79, 'and the run ended as a lost lease');
 }
 
 note 'signals are forwarded';
