@@ -36,7 +36,8 @@ ISOLATION      = race fence_regrant stale_snapshot rollback self_wait cycle_shap
 # with its pause points (src/test_hooks.h): make installcheck of a module
 # built and installed with DLOCK_TEST_HOOKS=1 runs them too
 ISOLATION_HOOKS = hook_exclusive_alongside hook_renew_at_expiry hook_change_claim \
-                  hook_watch hook_token_move hook_semaphore_change
+                  hook_watch hook_token_move hook_semaphore_change hook_serial_grant \
+                  hook_change_read hook_set hook_purge
 ifdef DLOCK_TEST_HOOKS
 ISOLATION += $(ISOLATION_HOOKS)
 endif

@@ -207,15 +207,44 @@ SELECT dlock.release_all(ARRAY['tx:set1', 'tx:set2'], 'w1') AS released;
 SELECT dlock.fence('tx:set1', :set_token) OR dlock.fence('tx:set2', :set_token) AS either_fences;
 COMMIT;
 SELECT name, state FROM dlock.leases WHERE name IN ('tx:set1', 'tx:set2') ORDER BY name;
--- Many renewals of one name in one transaction
+-- Many renewals of one name in one transaction.  Each rewrites the kept
+-- row, whose old strings are freed (lease_store.c, HeldRowsWritten), so the
+-- memory of the kept rows (the context "dlock held rows") is what one
+-- renewal needs, however many follow: after 10 renewals with a value of
+-- 1000 bytes it holds that value, and 190 more add less than one block of
+-- it (8 kB), where keeping the old strings would add 190 kB.  The memory is
+-- read from pg_backend_memory_contexts, which PostgreSQL 13 does not have:
+-- there the bytes are NULL and the bound is not checked.
+CREATE FUNCTION pg_temp.held_rows_bytes() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  bytes bigint;
+BEGIN
+  IF to_regclass('pg_catalog.pg_backend_memory_contexts') IS NULL THEN
+    RETURN NULL;
+  END IF;
+  EXECUTE $q$SELECT sum(total_bytes) FROM pg_catalog.pg_backend_memory_contexts
+              WHERE name = 'dlock held rows'$q$ INTO bytes;
+  RETURN bytes;
+END
+$$;
+CREATE TEMP TABLE held_rows_bytes (after_renewals int, bytes bigint);
 BEGIN;
 SELECT count(*) AS granted FROM dlock.acquire('tx:renewals', '1h', 'w1');
-SELECT count(*) AS renewed FROM generate_series(1, 200) i,
-       LATERAL dlock.renew('tx:renewals', 'w1', (i || ' s')::interval);
+SELECT count(*) AS renewed FROM generate_series(1, 10) i,
+       LATERAL dlock.renew('tx:renewals', 'w1', (i || ' s')::interval, repeat('v', 1000));
+INSERT INTO held_rows_bytes SELECT 10, pg_temp.held_rows_bytes();
+SELECT count(*) AS renewed FROM generate_series(11, 200) i,
+       LATERAL dlock.renew('tx:renewals', 'w1', (i || ' s')::interval, repeat('v', 1000));
+INSERT INTO held_rows_bytes SELECT 200, pg_temp.held_rows_bytes();
+SELECT coalesce(a.bytes >= 1000, true) AS kept_rows_hold_the_value,
+       coalesce(b.bytes - a.bytes < 8192, true) AS kept_rows_bounded
+  FROM held_rows_bytes a, held_rows_bytes b
+ WHERE a.after_renewals = 10 AND b.after_renewals = 200;
 SELECT expires_at >= now() + interval '200 s' AS last_renewal_counts
   FROM dlock.leases WHERE name = 'tx:renewals';
 SELECT dlock.release('tx:renewals', 'w1') AS released;
 COMMIT;
+DROP TABLE held_rows_bytes;
 -- A row deleted by hand (the table owner's own DELETE) in the granting
 -- transaction: fence() and release() see it gone, though the grant kept
 -- the name's rows and fence() had answered true (both are forgotten at a

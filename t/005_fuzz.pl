@@ -16,11 +16,15 @@
 # PostgreSQL itself rejects never reach dlock, that a failed call, or one
 # that grants or ends nothing, leaves the lease table, the token counter and
 # the session's locks (every space of dlock.locks) as they were, and that
-# once the sessions are gone nothing is left in dlock.locks.  dlock is
+# once the sessions are gone nothing is left in dlock.locks.  Then random
+# bytes, in several client encodings, go through dlock.holder's binary
+# input function by binary COPY: each loads what the text form of the same
+# bytes gives, or fails as that does (22P02, 22021, 22P05).  dlock is
 # preloaded, for queue places and statistics.
 #
 # DLOCK_FUZZ_SEED picks the random seed (printed at the start) and
-# DLOCK_FUZZ_CALLS the number of calls.  The same seed gives the same calls,
+# DLOCK_FUZZ_CALLS the number of calls (and half as many binary COPYs of a
+# dlock.holder follow them).  The same seed gives the same calls,
 # except for the names, owners and tokens taken from leases granted earlier
 # in the run, which depend on timing.  Every failing call is printed as a
 # statement that can be run by hand, and all of them are written to
@@ -1334,5 +1338,149 @@ $node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
 	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()})
   or die 'the sessions did not exit';
 is(locks_left($node), '', 'once the sessions are gone nothing is left in dlock.locks');
+
+# ---------------------------------------------------------------------------
+# dlock.holder's binary input function (holder_recv), which no call above
+# reaches: random bytes as the one field of a binary COPY into a column of
+# the type, in one of several client encodings (the binary form is the text
+# form in the client's encoding).  Every COPY either loads the value that
+# the text form of the same bytes, read in that encoding, gives, or fails
+# as that reading does: 22P02 (no role name), or for bytes that are no
+# text in the encoding 22021 (not a valid byte sequence, NUL included) or
+# 22P05 (a character the database's encoding lacks), whichever the reading
+# meets first (the text form checks the whole input before converting it,
+# so for bytes with both faults the two may name different ones).  Never
+# another error, never a crash.
+# ---------------------------------------------------------------------------
+
+note 'dlock.holder binary input';
+my $recv_cases = int($ncalls / 2) || 1;
+my $recv_dir = $node->basedir . '/holder_recv';
+mkdir $recv_dir or die "mkdir $recv_dir: $!";
+$node->safe_psql('postgres', q{
+CREATE TABLE fuzz.holder_recv (h dlock.holder);
+
+-- One binary COPY of the file at path, in client encoding enc; then the
+-- same bytes read as text in that encoding (SQL_ASCII: as the database's
+-- encoding, which is what a server checks such a client's text against).
+-- Reports seq|outcome|outcome of the text form|same value|a role
+CREATE FUNCTION fuzz.recv_case(seq int, path text, enc text, payload bytea)
+RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE
+  got dlock.holder;
+  want dlock.holder;
+  outcome text := 'ok';
+  oracle text := 'ok';
+BEGIN
+  PERFORM set_config('client_encoding', enc, true);
+  BEGIN
+    DELETE FROM fuzz.holder_recv;
+    EXECUTE format('COPY fuzz.holder_recv FROM %L (FORMAT binary)', path);
+    SELECT h INTO STRICT got FROM fuzz.holder_recv;
+  EXCEPTION WHEN OTHERS THEN
+    outcome := SQLSTATE;
+  END;
+  PERFORM set_config('client_encoding', 'UTF8', true);
+  BEGIN
+    want := convert_from(payload, CASE enc WHEN 'SQL_ASCII' THEN 'UTF8' ELSE enc END)::dlock.holder;
+  EXCEPTION WHEN OTHERS THEN
+    oracle := SQLSTATE;
+  END;
+  RETURN format('%s|%s|%s|%s|%s', seq, outcome, oracle,
+                outcome <> 'ok' OR got::oid IS NOT DISTINCT FROM want::oid,
+                coalesce(got::oid <> 0, false));
+END $f$;
+});
+
+# Bytes of a holder: its text forms (real roles, quoted, unknown, long,
+# odd), and bytes that are no text in some encoding: NUL, bytes that end
+# or break a character, overlong forms, surrogates, beyond U+10FFFF, and
+# text of other encodings; undef is a NULL field
+sub gen_holder_bytes
+{
+	return choose(
+		[ 30, sub { my $h = gen_holder(); defined $h ? to_bytes($h) : undef } ],
+		[ 15, sub { join '', map { chr(int(rand(256))) } 1 .. int(rand(65)) } ],
+		[ 10, sub { join '', map { chr(1 + int(rand(255))) } 1 .. 1 + int(rand(300)) } ],
+		[ 15, sub { any_of('fuzz_a', '"fuzz_b"', 'postgres', 'x', '')
+			  . any_of("\x00", "\xe2\x82", "\xc0\xaf", "\xed\xa0\x80", "\xff", "\xfe",
+				"\x80", "\xf4\x90\x80\x80", "\xf8\x88\x80\x80\x80", "\xe9t\xe9",
+				"\x82\xa0", "\x8e", "\xa4\xa2", "\x81")
+			  . any_of('', 'x', 'fuzz_a', "\x00") } ],
+		[ 10, sub { any_of("fuzz_a\x00", "\x00fuzz_a", "fu\x00zz_a", "-\x00", "\x00") } ],
+		[ 10, sub { to_bytes(any_of('x' x (60 + int(rand(10))), '"' . ('y' x (60 + int(rand(10)))) . '"',
+				"\x{e9}" x (30 + int(rand(5))), text_of_bytes(1000 + int(rand(9000)), rand_kind()))) } ],
+		[ 5, undef ]);
+}
+
+# The binary COPY file of one row of one field: header, then the field as
+# its length and bytes (length -1: NULL), then the trailer
+sub copy_binary_row
+{
+	my ($bytes) = @_;
+	my $field = defined $bytes ? pack('N', length $bytes) . $bytes : pack('N', 0xFFFFFFFF);
+	return "PGCOPY\n\xff\r\n\x00" . pack('N N', 0, 0) . pack('n', 1) . $field . pack('n', 0xFFFF);
+}
+
+my $recv_start = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
+my $recv_log_offset = -s $node->logfile;
+my (%recv_outcomes, @recv_failures);
+my ($recv_done, $recv_roles) = (0, 0);
+for (my $first = 1; $first <= $recv_cases; $first += 100)
+{
+	my @rows;
+	my %case;
+	foreach my $i ($first .. ($first + 99 < $recv_cases ? $first + 99 : $recv_cases))
+	{
+		my $bytes = gen_holder_bytes();
+		my $enc = choose([ 50, 'UTF8' ], [ 10, 'SQL_ASCII' ], [ 10, 'LATIN1' ],
+			[ 10, 'WIN1252' ], [ 10, 'EUC_JP' ], [ 10, 'SJIS' ]);
+		my $path = "$recv_dir/$i.bin";
+		open(my $fh, '>:raw', $path) or die "$path: $!";
+		print $fh copy_binary_row($bytes);
+		close $fh or die "$path: $!";
+		$case{$i} = [ $enc, $bytes ];
+		push @rows, "($i, '$path', '$enc', "
+		  . (defined $bytes ? "'\\x" . unpack('H*', $bytes) . "'" : 'NULL') . '::bytea)';
+	}
+	my $out = $node->safe_psql('postgres',
+		'SELECT fuzz.recv_case(seq, path, enc, payload) FROM (VALUES '
+		  . join(', ', @rows) . ') v(seq, path, enc, payload) ORDER BY seq');
+	foreach my $line (split /\n/, $out)
+	{
+		my ($i, $outcome, $oracle, $same, $role) = split /\|/, $line;
+		$recv_done++;
+		$recv_outcomes{$outcome}++;
+		$recv_roles++ if $role eq 't';
+		my ($enc, $bytes) = @{ $case{$i} };
+		my $shown = defined $bytes ? '\\x' . unpack('H*', substr($bytes, 0, 80))
+		  . (length $bytes > 80 ? '... (' . length($bytes) . ' bytes)' : '') : 'NULL';
+		my %class = (ok => 'ok', '22P02' => 'no role name', '22021' => 'no text',
+			'22P05' => 'no text');
+		push @recv_failures, "case $i ($enc, $shown): $outcome, the text form $oracle"
+		  if !$class{$outcome} || ($class{$oracle} // '') ne $class{$outcome} || $same ne 't';
+	}
+}
+note 'binary COPY outcomes: ' . join(', ', map { "$_: $recv_outcomes{$_}" } sort keys %recv_outcomes)
+  . "; $recv_roles loaded a role";
+diag($_) foreach @recv_failures[ 0 .. (@recv_failures > 20 ? 19 : $#recv_failures) ];
+is($recv_done, $recv_cases, "all $recv_cases binary COPYs of a dlock.holder were made");
+is(scalar(@recv_failures), 0,
+	'every binary COPY of a dlock.holder loads what its text form gives, or fails as it does, with 22P02, 22021 or 22P05');
+is($recv_outcomes{XX000} // 0, 0, 'no binary COPY of a dlock.holder raised an internal error (XX000)');
+SKIP:
+{
+	skip 'too few binary COPYs to expect every outcome', 4 if $recv_cases < 500;
+	ok($recv_outcomes{$_}, "a binary COPY of a dlock.holder ended with $_ at least once")
+	  foreach qw(ok 22P02 22021);
+	ok($recv_roles, 'a binary COPY of a dlock.holder loaded a role at least once');
+}
+is($node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $recv_start,
+	'the postmaster never restarted during the binary COPYs');
+is(join("\n", grep {
+	/terminated by signal|server process .* (?:was terminated|exited with exit code)|PANIC|TRAP|terminating any other active/
+} split /\n/, slurp_file($node->logfile, $recv_log_offset)), '',
+	'the server log shows no crash during the binary COPYs');
+
 $node->stop;
 done_testing();

@@ -210,8 +210,22 @@ for my $i (1 .. $#versions)
 		my $small = $node->safe_psql($db,
 			q{SELECT token FROM dlock.try_acquire('epoch:1', '1h', 'w-epoch')});
 		cmp_ok($small, '<', 2**40, "to $v: with this catalog, tokens go on from the counter ($small)");
-		is($node->safe_psql($db, q{SELECT count(*) >= 0 FROM dlock.locks}), 't',
-			"to $v: dlock.locks reads");
+		# dlock.locks decodes what other sessions hold: the session-bound
+		# holder's lock, by its token, and the lock of the name that a true
+		# fence keeps to the end of its transaction
+		my $session_pid = $session->query_safe('SELECT pg_backend_pid()');
+		my $fencer_pid = $fencer->query_safe('SELECT pg_backend_pid()');
+		$fencer->query_safe('BEGIN');
+		$fencer->query_safe("SELECT dlock.fence('fenced', $fenced_token)");
+		is($node->safe_psql($db, qq{
+				SELECT CASE pid WHEN $session_pid THEN 'holder' ELSE 'fencer' END,
+				       kind, name, token, mode, granted
+				  FROM dlock.locks WHERE pid IN ($session_pid, $fencer_pid)
+				 ORDER BY 1, 2}),
+			"fencer|name|fenced||AccessShareLock|t\n"
+			  . "holder|session|session|$session_token|ExclusiveLock|t",
+			"to $v: dlock.locks shows the fence's lock of the name and the session-bound holder's lock");
+		$fencer->query_safe('COMMIT');
 		$last_token = $node->safe_psql($db, 'SELECT last_value FROM dlock.token_seq');
 	}
 

@@ -62,6 +62,19 @@ sub new_node
 sub with_role { my ($r) = @_; return sort grep { $role{$_} eq $r } keys %role }
 sub primary { my @p = with_role('primary'); return @p ? $server{ $p[0] } : undef }
 
+# started NODE: start a server of the history; one that does not start
+# (PostgreSQL refusing the copy it was given, say) is lost for good, its
+# log's end shown, and the history goes on without it
+sub started
+{
+	my ($node) = @_;
+	return 1 if $node->start(fail_ok => 1);
+	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
+	diag('server ' . $node->name . " did not start; its log ends:\n" . substr($log, -2000));
+	$role{ $node->name } = 'lost';
+	return 0;
+}
+
 sub violation
 {
 	my ($property, $what) = @_;
@@ -94,7 +107,7 @@ $step{cut} = sub {
 };
 $step{reconnect} = sub {
 	my $s = pick(with_role('stopped standby')) or return 0;
-	$server{$s}->start;
+	return "standby $s did not start: lost" unless started($server{$s});
 	$role{$s} = 'standby';
 	return "standby $s streams again";
 };
@@ -107,7 +120,7 @@ $step{crash} = sub {
 $step{restart} = sub {
 	return 0 if primary();
 	my $p = pick(with_role('stopped primary')) or return 0;
-	$server{$p}->start;
+	return "$p did not restart: lost" unless started($server{$p});
 	$role{$p} = 'primary';
 	return "restart $p";
 };
@@ -162,7 +175,7 @@ $step{rejoin} = sub {
 		return "lose $o for good (pg_rewind refused it)";
 	}
 	$server{$o}->enable_streaming($p);
-	$server{$o}->start;
+	return "$o, rewound, did not start: lost" unless started($server{$o});
 	$role{$o} = 'standby';
 	return "rejoin $o as a standby of " . $p->name . ' with pg_rewind';
 };
@@ -176,10 +189,10 @@ $step{start_backup} = sub {
 	return 0 if primary() || !defined $backup;
 	my $copy = new_node('copy' . ++$serial);
 	$copy->init_from_backup(@$backup);
-	$copy->start;
-	$server{ $copy->name } = $copy;
-	$role{ $copy->name } = 'primary';
 	$backup = undef;
+	$server{ $copy->name } = $copy;
+	return 'the base backup ' . $copy->name . ' did not start: lost' unless started($copy);
+	$role{ $copy->name } = 'primary';
 	return 'start the base backup of ' . $copy->name . ' as it is';
 };
 # grants come most often, so that every other step has tokens to lose
