@@ -147,6 +147,13 @@ test:
 test-drivers: install
 	bash test/drivers/run.sh
 
+# The SQL edition for managed PostgreSQL (sql-edition/dlock.sql): the
+# regression files and isolation specs against it, on a copy of
+# PG_CONFIG's installation without dlock's files (make test runs it too)
+.PHONY: test-sql-edition
+test-sql-edition:
+	bash scripts/test-sql-edition.sh
+
 # The token history explorer at length (make test runs a few histories)
 test-histories:
 	bash scripts/test-histories.sh

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# make test-sql-edition: the SQL edition (sql-edition/dlock.sql) against
+# the project's regression files and isolation specs, on a PostgreSQL
+# installation without dlock's files, as on a managed service.  That
+# installation is a copy of PG_CONFIG's (PostgreSQL finds its libraries
+# and share directory relative to its binaries), with dlock's module,
+# control file and scripts left out, so that this works on a machine that
+# has the C edition installed.  The suites run as the user that owns the
+# clusters (sql-edition/test/ci.sh: as the plain role that installed the
+# SQL edition, then as a superuser); ends with "N passed, N failed".
+
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+ensure_packages
+
+WORK=$(make_work_dir)
+trap 'rm -rf "$WORK"' EXIT
+bindir=$("$PG_CONFIG" --bindir)
+pkglibdir=$("$PG_CONFIG" --pkglibdir)
+sharedir=$("$PG_CONFIG" --sharedir)
+includedir=$("$PG_CONFIG" --includedir)
+root=$WORK/pg
+# the tree above the binaries, the libraries, the share and include dirs
+for d in "$(dirname "$bindir")" "$pkglibdir" "$sharedir" "$includedir"; do
+    mkdir -p "$root$(dirname "$d")"
+    [ -e "$root$d" ] || cp -a "$d" "$root$d"
+done
+rm -f "$root$pkglibdir"/dlock.so "$root$sharedir"/extension/dlock.control \
+    "$root$sharedir"/extension/dlock--*.sql
+mkdir "$WORK/src"
+tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.so' -cf - sql-edition sql expected specs Makefile dlock.control |
+    tar -C "$WORK/src" -xf -
+[ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK"
+as_run_user env PG_CONFIG="$root$bindir/pg_config" TMPDIR="$WORK" \
+    bash "$WORK/src/sql-edition/test/ci.sh"
