@@ -111,10 +111,11 @@ my ($rows, $room) = split /\|/, $node->safe_psql('postgres', q{
 SELECT (SELECT count(*) FROM dlock.lease_state WHERE name LIKE 'permits:%'),
        current_setting('max_locks_per_transaction')::int *
        (current_setting('max_connections')::int +
-        -- the autovacuum workers and the launcher; from 18 on, the workers'
-        -- slots and two special workers (the launcher and the slot sync worker)
+        -- the autovacuum workers and the launcher, and from 17 on the slot
+        -- sync worker; from 18 on, the workers' slots and those two
         coalesce(current_setting('autovacuum_worker_slots', true)::int + 2,
-                 current_setting('autovacuum_max_workers')::int + 1) +
+                 current_setting('autovacuum_max_workers')::int + 1 +
+                 (current_setting('server_version_num')::int >= 170000)::int) +
         current_setting('max_worker_processes')::int + current_setting('max_wal_senders')::int +
         current_setting('max_prepared_transactions')::int)});
 is($rows, 1600, '100 names with 16 ended permit rows each');
