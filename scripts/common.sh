@@ -83,6 +83,16 @@ make_work_dir() {
     printf '%s\n' "$dir"
 }
 
+# copy_source_tree DIR: the source tree, without what a build or a test
+# run left in it, copied to DIR (made here) and given to the run user
+copy_source_tree() {
+    mkdir "$1"
+    tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.so' \
+        --exclude=results --exclude=output_iso --exclude=tmp_check -cf - . |
+        tar -C "$1" -xf -
+    [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$1"
+}
+
 # start_cluster PORT [SETTING...]: initdb and start a throwaway cluster in a
 # new work directory, listening on a unix socket there only.  Sets WORK,
 # CLUSTER_PID and PG* variables for psql; stop_cluster (installed as the EXIT

@@ -12,11 +12,7 @@ build_and_install
 
 WORK=$(make_work_dir)
 trap 'rm -rf "$WORK"' EXIT
-mkdir "$WORK/src"
-tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.so' \
-    --exclude=results --exclude=output_iso --exclude=tmp_check -cf - . |
-    tar -C "$WORK/src" -xf -
-[ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/src"
+copy_source_tree "$WORK/src"
 
 passed=0
 failed=0
