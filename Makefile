@@ -19,7 +19,8 @@ REGRESS        = api errors transactions security waiting storage extension subt
 TEMP_INSTANCE ?= --temp-instance=$(CURDIR)/tmp_instance \
                  --temp-config=$(CURDIR)/test/temp-instance.conf \
                  $(if $(PRELOADED),--temp-config=$(CURDIR)/test/temp-instance-preloaded.conf)
-REGRESS_OPTS   = --load-extension=dlock $(TEMP_INSTANCE)
+# The tests live under test/ (sql/, expected/, specs/ and t/), as in pgvector
+REGRESS_OPTS   = --inputdir=test --load-extension=dlock $(TEMP_INSTANCE)
 # The regression files that check what dlock says when it is not preloaded
 # (queue => true and dlock.stats refused, with the hint to preload it): a
 # PRELOADED=1 run leaves them out
@@ -41,8 +42,9 @@ ISOLATION_HOOKS = hook_exclusive_alongside hook_renew_at_expiry hook_change_clai
 ifdef DLOCK_TEST_HOOKS
 ISOLATION += $(ISOLATION_HOOKS)
 endif
-ISOLATION_OPTS = --load-extension=dlock $(TEMP_INSTANCE)
+ISOLATION_OPTS = --inputdir=test --load-extension=dlock $(TEMP_INSTANCE)
 TAP_TESTS      = 1
+PROVE_TESTS   ?= test/t/*.pl
 
 EXTRA_CLEAN = tmp_instance cli/dlock
 

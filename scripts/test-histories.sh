@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test-histories: the token history explorer (t/022_token_explorer.pl)
+# make test-histories: the token history explorer (test/t/022_token_explorer.pl)
 # at length: DLOCK_HISTORIES random histories (default 60, about six
 # minutes), from DLOCK_HISTORY_SEED if given (printed either way), on
 # throwaway clusters; ends with a line "N passed, N failed".  make test
@@ -19,7 +19,7 @@ failed=0
 seed=${DLOCK_HISTORY_SEED:-$((RANDOM * 32768 + RANDOM))}
 say "histories from seed $seed"
 run_suite histories installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v \
-    PROVE_TESTS=t/022_token_explorer.pl DLOCK_HISTORY_SEED="$seed" \
+    PROVE_TESTS=test/t/022_token_explorer.pl DLOCK_HISTORY_SEED="$seed" \
     DLOCK_HISTORIES="${DLOCK_HISTORIES:-60}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

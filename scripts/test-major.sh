@@ -11,7 +11,7 @@
 #     without and with dlock in shared_preload_libraries (PRELOADED=1)
 #   - the test build (DLOCK_TEST_HOOKS=1): the isolation suite with the
 #     specs that drive its pause points, without and with dlock preloaded
-#   - the TAP suite (the upgrade walk t/009_upgrade.pl among them) when
+#   - the TAP suite (the upgrade walk test/t/009_upgrade.pl among them) when
 #     the major ships PostgreSQL::Test::Cluster (from 15 on);
 #     DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves some
 #     out (and says so)
@@ -129,7 +129,7 @@ if wanted tap; then
         tap_args=(PROVE_FLAGS=-v)
         tests=${DLOCK_TAP_TESTS:-}
         if [ -n "${DLOCK_TAP_SKIP:-}" ]; then
-            tests=$(cd "$WORK/src" && ls ${tests:-t/*.pl} | grep -vxF -f <(tr ' ' '\n' <<<"$DLOCK_TAP_SKIP") | tr '\n' ' ')
+            tests=$(cd "$WORK/src" && ls ${tests:-test/t/*.pl} | grep -vxF -f <(tr ' ' '\n' <<<"$DLOCK_TAP_SKIP") | tr '\n' ' ')
             say "PostgreSQL $PG_MAJOR: TAP files not run here: $DLOCK_TAP_SKIP"
         fi
         [ -z "$tests" ] || tap_args+=("PROVE_TESTS=$tests")

@@ -28,7 +28,7 @@ done
 rm -f "$root$pkglibdir"/dlock.so "$root$sharedir"/extension/dlock.control \
     "$root$sharedir"/extension/dlock--*.sql
 mkdir "$WORK/src"
-tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.so' -cf - sql-edition sql expected specs Makefile dlock.control |
+tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.so' -cf - sql-edition test/sql test/expected test/specs Makefile dlock.control |
     tar -C "$WORK/src" -xf -
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK"
 as_run_user env PG_CONFIG="$root$bindir/pg_config" TMPDIR="$WORK" \

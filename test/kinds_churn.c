@@ -1,7 +1,7 @@
 /*
  * kinds_churn.c
  *	  Churn of semaphore permits, shared and exclusive leases, for
- *	  t/019_kinds.pl.
+ *	  test/t/019_kinds.pl.
  *
  * Each worker (a process with its own connection and owner) loops until the
  * time is up.  It asks either for a permit of "sem", a semaphore of three,

@@ -1,6 +1,6 @@
 /*
  * set_churn.c
- *	  Churn of overlapping sets and single leases, for t/016_sets.pl.
+ *	  Churn of overlapping sets and single leases, for test/t/016_sets.pl.
  *
  * Each worker (a process with its own connection and owner) loops until the
  * time is up: it picks one to four of the names n1..nK at random and asks

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the project's regression files (sql/*.sql) and isolation specs
-# (specs/*.spec, but the test build's hook_*.spec) against the SQL edition
+# Runs the project's regression files (test/sql/*.sql) and isolation specs
+# (test/specs/*.spec, but the test build's hook_*.spec) against the SQL edition
 # of dlock, installed by a plain role that owns the database, as that role.
 #
 #   sql-edition/test/run.sh [regress|isolation|all] [test ...]
@@ -56,7 +56,7 @@ OUT=${DLOCK_SQL_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/dlock-sql-test.XXXXXX")}
 echo "results in $OUT"
 rm -rf "$OUT"
 mkdir -p "$OUT/input/expected"
-cp -r "$ROOT/sql" "$ROOT/specs" "$OUT/input/"
+cp -r "$ROOT/test/sql" "$ROOT/test/specs" "$OUT/input/"
 # CREATE and DROP EXTENSION dlock are, for the SQL edition, running its
 # script and dropping its schema
 # (an isolation spec cannot include a file: there dlock_sql_install(), made
@@ -70,7 +70,7 @@ for f in "$OUT"/input/sql/*.sql "$OUT"/input/specs/*.spec; do
          -e "s|^CREATE EXTENSION dlock VERSION \(.*\);\$|-- CREATE EXTENSION dlock VERSION \1; (the SQL edition has one version)|" \
          -e "s|^\( *\)DROP EXTENSION dlock;\$|\1DO \$\$BEGIN PERFORM set_config('client_min_messages', 'warning', true); DROP SCHEMA dlock CASCADE; END\$\$;|" "$f"
 done
-cp "$ROOT"/expected/*.out "$OUT/input/expected/"
+cp "$ROOT"/test/expected/*.out "$OUT/input/expected/"
 cp "$EDITION"/expected/*.out "$OUT/input/expected/" 2>/dev/null || true
 # and the SQL edition's own test: its conflict matrix against the C edition's
 cp "$HERE/conflicts.sql" "$OUT/input/sql/"

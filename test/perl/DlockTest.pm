@@ -2,7 +2,7 @@
 
 =head1 NAME
 
-DlockTest - what dlock's TAP tests (t/*.pl) share
+DlockTest - what dlock's TAP tests (test/t/*.pl) share
 
 =head1 SYNOPSIS
 

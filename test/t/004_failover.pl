@@ -3,7 +3,7 @@
 # for synchronous_commit = off), and after promotion the lease is held by the
 # same owner with the same token, and the next grant is larger.  With
 # asynchronous replication, an acknowledged grant can be lost in a failover,
-# and its token is never issued again (t/020_timelines.pl has every such case).
+# and its token is never issued again (test/t/020_timelines.pl has every such case).
 
 use strict;
 use warnings FATAL => 'all';

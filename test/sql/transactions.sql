@@ -2,118 +2,49 @@
 -- Lease changes are transactional: an acquire, renew or release in a
 -- transaction that rolls back changes nothing.  Also: savepoints, the fence
 -- pin's lifetime, and every isolation level, in one session (races between
--- sessions are in specs/).
+-- sessions are in test/specs/).
 --
+
 -- A rolled-back grant leaves no lease; its token is never reused
 BEGIN;
 SELECT token AS rolled_back_token FROM dlock.try_acquire('tx:a', '1h', 'w1') \gset
 SELECT state FROM dlock.leases WHERE name = 'tx:a';
- state 
--------
- live
-(1 row)
-
 ROLLBACK;
 SELECT count(*) AS rows_after_rollback FROM dlock.leases WHERE name = 'tx:a';
- rows_after_rollback 
----------------------
-                   0
-(1 row)
-
 SELECT dlock.fence('tx:a', :rolled_back_token) AS rolled_back_token_valid;
- rolled_back_token_valid 
--------------------------
- f
-(1 row)
-
 SELECT token > :rolled_back_token AS next_token_larger FROM dlock.try_acquire('tx:a', '1h', 'w1');
- next_token_larger 
--------------------
- t
-(1 row)
 
 -- A rolled-back renew keeps the old expiry
 SELECT expires_at AS expiry_before FROM dlock.leases WHERE name = 'tx:a' \gset
 BEGIN;
 SELECT expires_at > :'expiry_before' AS extended FROM dlock.renew('tx:a', 'w1', '1 day');
- extended 
-----------
- t
-(1 row)
-
 ROLLBACK;
 SELECT expires_at = :'expiry_before' AS expiry_unchanged FROM dlock.leases WHERE name = 'tx:a';
- expiry_unchanged 
-------------------
- t
-(1 row)
 
 -- A rolled-back release or force_release leaves the lease live
 BEGIN;
 SELECT dlock.release('tx:a', 'w1') AS released;
- released 
-----------
- t
-(1 row)
-
 SELECT state FROM dlock.leases WHERE name = 'tx:a';
-  state   
-----------
- released
-(1 row)
-
 ROLLBACK;
 BEGIN;
 SELECT dlock.force_release('tx:a') AS forced;
- forced 
---------
- t
-(1 row)
-
 ROLLBACK;
 SELECT state, owner FROM dlock.leases WHERE name = 'tx:a';
- state | owner 
--------+-------
- live  | w1
-(1 row)
 
 -- A rolled-back same-owner re-acquire keeps the old expiry too
 BEGIN;
 SELECT token IS NOT NULL AS extended FROM dlock.try_acquire('tx:a', '1 day', 'w1');
- extended 
-----------
- t
-(1 row)
-
 ROLLBACK;
 SELECT expires_at = :'expiry_before' AS expiry_unchanged FROM dlock.leases WHERE name = 'tx:a';
- expiry_unchanged 
-------------------
- t
-(1 row)
 
 -- Savepoints: a grant rolled back to a savepoint is gone, the rest stays
 BEGIN;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:b', '1h', 'w1')) AS granted_b;
- granted_b 
------------
- t
-(1 row)
-
 SAVEPOINT s1;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:c', '1h', 'w1')) AS granted_c;
- granted_c 
------------
- t
-(1 row)
-
 ROLLBACK TO SAVEPOINT s1;
 COMMIT;
 SELECT name, state FROM dlock.leases WHERE name IN ('tx:b', 'tx:c') ORDER BY name;
- name | state 
-------+-------
- tx:b | live
-(1 row)
 
 -- An error inside a PL/pgSQL block rolls back the grant made in it
 DO $$
@@ -125,12 +56,7 @@ BEGIN
     RAISE NOTICE 'caught: %', SQLERRM;
   END;
 END $$;
-NOTICE:  caught: job failed
 SELECT count(*) AS tx_d_rows FROM dlock.leases WHERE name = 'tx:d';
- tx_d_rows 
------------
-         0
-(1 row)
 
 -- The fence pin belongs to the whole transaction: rolling back the savepoint
 -- where fence() was called keeps the name's lock until commit
@@ -138,271 +64,97 @@ SELECT token AS b_token FROM dlock.leases WHERE name = 'tx:b' \gset
 BEGIN;
 SAVEPOINT s1;
 SELECT dlock.fence('tx:b', :b_token) AS fenced;
- fenced 
---------
- t
-(1 row)
-
 ROLLBACK TO SAVEPOINT s1;
 SELECT mode, granted FROM dlock.locks WHERE kind = 'name' AND pid = pg_backend_pid();
-      mode       | granted 
------------------+---------
- AccessShareLock | t
-(1 row)
-
 SELECT dlock.fence('tx:b', :b_token) AS still_fenced;
- still_fenced 
---------------
- t
-(1 row)
-
 COMMIT;
 SELECT count(*) AS locks_after_commit FROM dlock.locks
  WHERE kind = 'name' AND pid = pg_backend_pid();
- locks_after_commit 
---------------------
-                  0
-(1 row)
 
 -- A change made by the same transaction is seen by its next fence() call
 BEGIN;
 SELECT dlock.fence('tx:b', :b_token) AS before_release;
- before_release 
-----------------
- t
-(1 row)
-
 SELECT dlock.release('tx:b', 'w1') AS released;
- released 
-----------
- t
-(1 row)
-
 SELECT dlock.fence('tx:b', :b_token) AS after_release;
- after_release 
----------------
- f
-(1 row)
-
 SELECT token AS b2_token FROM dlock.try_acquire('tx:b', '1h', 'w2') \gset
 SELECT dlock.fence('tx:b', :b2_token) AS new_token,
        dlock.fence('tx:b', :b_token) AS old_token;
- new_token | old_token 
------------+-----------
- t         | f
-(1 row)
-
 COMMIT;
+
 -- The expiry comes from the server's clock at the moment of the grant, not
 -- from the start of a long transaction
 BEGIN;
 SELECT pg_sleep(0.3);
- pg_sleep 
-----------
- 
-(1 row)
-
 SELECT expires_at - clock_timestamp() > '59s' AS expiry_from_grant_time,
        expires_at - now() > '1min 0.25s' AS not_from_now
   FROM dlock.try_acquire('tx:e', '1min', 'w1');
- expiry_from_grant_time | not_from_now 
-------------------------+--------------
- t                      | t
-(1 row)
-
 COMMIT;
+
 -- Every isolation level: a full cycle inside one transaction
 CREATE TABLE level_tokens (seq serial, level text, step int, token bigint);
 BEGIN ISOLATION LEVEL READ COMMITTED;
 INSERT INTO level_tokens (level, step, token) SELECT 'read committed', 1, token FROM dlock.try_acquire('tx:lvl', '1h', 'rc');
 SELECT dlock.release('tx:lvl', 'rc');
- release 
----------
- t
-(1 row)
-
 INSERT INTO level_tokens (level, step, token) SELECT 'read committed', 2, token FROM dlock.try_acquire('tx:lvl', '1h', 'rc2');
 SELECT dlock.release('tx:lvl', 'rc2');
- release 
----------
- t
-(1 row)
-
 COMMIT;
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 INSERT INTO level_tokens (level, step, token) SELECT 'repeatable read', 1, token FROM dlock.try_acquire('tx:lvl', '1h', 'rr');
 SELECT dlock.release('tx:lvl', 'rr');
- release 
----------
- t
-(1 row)
-
 INSERT INTO level_tokens (level, step, token) SELECT 'repeatable read', 2, token FROM dlock.try_acquire('tx:lvl', '1h', 'rr2');
 SELECT dlock.release('tx:lvl', 'rr2');
- release 
----------
- t
-(1 row)
-
 COMMIT;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 INSERT INTO level_tokens (level, step, token) SELECT 'serializable', 1, token FROM dlock.try_acquire('tx:lvl', '1h', 'sr');
 SELECT dlock.release('tx:lvl', 'sr');
- release 
----------
- t
-(1 row)
-
 INSERT INTO level_tokens (level, step, token) SELECT 'serializable', 2, token FROM dlock.try_acquire('tx:lvl', '1h', 'sr2');
 SELECT dlock.fence('tx:lvl', (SELECT token FROM level_tokens WHERE level = 'serializable' AND step = 2)) AS fenced;
- fenced 
---------
- t
-(1 row)
-
 COMMIT;
 SELECT count(*) AS grants, bool_and(token > prev) AS strictly_increasing
   FROM (SELECT token, lag(token, 1, 0::bigint) OVER (ORDER BY seq) AS prev
           FROM level_tokens) t;
- grants | strictly_increasing 
---------+---------------------
-      6 | t
-(1 row)
-
 DROP TABLE level_tokens;
+
 -- Two-phase commit: a prepared grant holds the name until COMMIT PREPARED
 BEGIN;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:2pc', '1h', 'w1')) AS granted;
- granted 
----------
- t
-(1 row)
-
 PREPARE TRANSACTION 'dlock_2pc';
 SELECT NOT EXISTS (SELECT FROM dlock.try_acquire('tx:2pc', '1h', 'w2')) AS refused_while_prepared;
- refused_while_prepared 
-------------------------
- t
-(1 row)
-
 COMMIT PREPARED 'dlock_2pc';
 SELECT owner, state FROM dlock.leases WHERE name = 'tx:2pc';
- owner | state 
--------+-------
- w1    | live
-(1 row)
 
 -- A transaction whose only change is a release commits without waiting for
--- its flush (t/008_lazy_release.pl shows that); the caller's
+-- its flush (test/t/008_lazy_release.pl shows that); the caller's
 -- synchronous_commit is left as it was.
 SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT dlock.release('tx:lazy', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 SHOW synchronous_commit;
- synchronous_commit 
---------------------
- on
-(1 row)
-
 SET synchronous_commit = remote_apply;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT dlock.release('tx:lazy', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 SHOW synchronous_commit;
- synchronous_commit 
---------------------
- remote_apply
-(1 row)
-
 RESET synchronous_commit;
 -- The lazy commit lowers synchronous_commit for its commit record only: a
 -- SET LOCAL before it, and the session's setting, come back as they were,
 -- also after a rolled-back savepoint and after a prepared release
 SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
- granted 
----------
- t
-(1 row)
-
 BEGIN;
 SET LOCAL synchronous_commit = remote_write;
 SAVEPOINT s;
 SELECT dlock.release('tx:lazy', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT dlock.release('tx:lazy', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 SHOW synchronous_commit;
- synchronous_commit 
---------------------
- remote_write
-(1 row)
-
 COMMIT;
 SHOW synchronous_commit;
- synchronous_commit 
---------------------
- on
-(1 row)
-
 SELECT EXISTS (SELECT FROM dlock.try_acquire('tx:lazy', '1h', 'w')) AS granted;
- granted 
----------
- t
-(1 row)
-
 BEGIN;
 SELECT dlock.release('tx:lazy', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 PREPARE TRANSACTION 'dlock_lazy_2pc';
 SHOW synchronous_commit;
- synchronous_commit 
---------------------
- on
-(1 row)
-
 COMMIT PREPARED 'dlock_lazy_2pc';
 SELECT state FROM dlock.leases WHERE name = 'tx:lazy';
-  state   
-----------
- released
-(1 row)
-
 SHOW synchronous_commit;
- synchronous_commit 
---------------------
- on
-(1 row)
 
 -- The rows of a name that a transaction holds are read once and kept while
 -- it holds the name (lease_store.c): every later call of the transaction on
@@ -411,167 +163,50 @@ SHOW synchronous_commit;
 BEGIN;
 SELECT token AS held_token FROM dlock.acquire('tx:held', '1h', 'w1') \gset
 SELECT expires_at > now() + interval '10 hours' AS renewed FROM dlock.renew('tx:held', 'w1', '20 hours');
- renewed 
----------
- t
-(1 row)
-
 SELECT dlock.fence('tx:held', :held_token) AS fences_after_renew;
- fences_after_renew 
---------------------
- t
-(1 row)
-
 SELECT count(*) AS refused_other_owner FROM dlock.try_acquire('tx:held', '1h', 'w2');
- refused_other_owner 
----------------------
-                   0
-(1 row)
-
 SAVEPOINT s;
 SELECT dlock.release('tx:held', 'w1') AS released_in_savepoint;
- released_in_savepoint 
------------------------
- t
-(1 row)
-
 SELECT dlock.fence('tx:held', :held_token) AS fences_after_release;
- fences_after_release 
-----------------------
- f
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT dlock.fence('tx:held', :held_token) AS fences_again;
- fences_again 
---------------
- t
-(1 row)
-
 SELECT token FROM dlock.acquire('tx:held2', '1h', 'w1') \gset held2_
 SELECT dlock.release('tx:held', 'w1') AS released_after_rollback_to;
- released_after_rollback_to 
-----------------------------
- t
-(1 row)
-
 SELECT dlock.release('tx:held', 'w1') AS released_twice;
- released_twice 
-----------------
- f
-(1 row)
-
 SELECT dlock.release('tx:held2', 'w1') AS released_other_name;
- released_other_name 
----------------------
- t
-(1 row)
-
 SELECT token > :held_token AS regranted FROM dlock.acquire('tx:held', '1h', 'w2');
- regranted 
------------
- t
-(1 row)
-
 COMMIT;
 SELECT owner, state FROM dlock.leases WHERE name IN ('tx:held', 'tx:held2') ORDER BY name;
- owner |  state   
--------+----------
- w2    | live
- w1    | released
-(2 rows)
-
 -- A grant in a savepoint that rolled back: the name goes back to its
 -- committed row, which the release then finds
 BEGIN;
 SAVEPOINT s;
 SELECT dlock.release('tx:held', 'w2') AS released_in_savepoint;
- released_in_savepoint 
------------------------
- t
-(1 row)
-
 SELECT count(*) AS granted_in_savepoint FROM dlock.acquire('tx:held', '1h', 'w3');
- granted_in_savepoint 
-----------------------
-                    1
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT dlock.release('tx:held', 'w3') AS w3_holds_nothing;
- w3_holds_nothing 
-------------------
- f
-(1 row)
-
 SELECT dlock.release('tx:held', 'w2') AS w2_released;
- w2_released 
--------------
- t
-(1 row)
-
 COMMIT;
 SELECT owner, state FROM dlock.leases WHERE name = 'tx:held';
- owner |  state   
--------+----------
- w2    | released
-(1 row)
-
 -- A prepared grant: the rows kept go with the PREPARE (the prepared
 -- transaction holds the name now); the next transaction reads the row
 BEGIN;
 SELECT count(*) AS granted FROM dlock.acquire('tx:held3', '1h', 'w1');
- granted 
----------
-       1
-(1 row)
-
 PREPARE TRANSACTION 'dlock_held_2pc';
 COMMIT PREPARED 'dlock_held_2pc';
 BEGIN;
 SELECT dlock.release('tx:held3', 'w1') AS released_after_commit_prepared;
- released_after_commit_prepared 
---------------------------------
- t
-(1 row)
-
 SELECT dlock.release('tx:held3', 'w1') AS released_twice;
- released_twice 
-----------------
- f
-(1 row)
-
 COMMIT;
 -- A set in one transaction: the rows kept are the last name's; the fence
 -- and release_all of both names see the grant
 BEGIN;
 SELECT min(token) AS set_token FROM dlock.acquire_all(ARRAY['tx:set1', 'tx:set2'], '1h', 'w1') \gset
 SELECT dlock.fence('tx:set1', :set_token) AND dlock.fence('tx:set2', :set_token) AS both_fence;
- both_fence 
-------------
- t
-(1 row)
-
 SELECT dlock.release_all(ARRAY['tx:set1', 'tx:set2'], 'w1') AS released;
- released 
-----------
-        2
-(1 row)
-
 SELECT dlock.fence('tx:set1', :set_token) OR dlock.fence('tx:set2', :set_token) AS either_fences;
- either_fences 
----------------
- f
-(1 row)
-
 COMMIT;
 SELECT name, state FROM dlock.leases WHERE name IN ('tx:set1', 'tx:set2') ORDER BY name;
-  name   |  state   
----------+----------
- tx:set1 | released
- tx:set2 | released
-(2 rows)
-
 -- Many renewals of one name in one transaction.  Each rewrites the kept
 -- row, whose old strings are freed (lease_store.c, HeldRowsWritten), so the
 -- memory of the kept rows (the context "dlock held rows") is what one
@@ -595,49 +230,19 @@ $$;
 CREATE TEMP TABLE held_rows_bytes (after_renewals int, bytes bigint);
 BEGIN;
 SELECT count(*) AS granted FROM dlock.acquire('tx:renewals', '1h', 'w1');
- granted 
----------
-       1
-(1 row)
-
 SELECT count(*) AS renewed FROM generate_series(1, 10) i,
        LATERAL dlock.renew('tx:renewals', 'w1', (i || ' s')::interval, repeat('v', 1000));
- renewed 
----------
-      10
-(1 row)
-
 INSERT INTO held_rows_bytes SELECT 10, pg_temp.held_rows_bytes();
 SELECT count(*) AS renewed FROM generate_series(11, 200) i,
        LATERAL dlock.renew('tx:renewals', 'w1', (i || ' s')::interval, repeat('v', 1000));
- renewed 
----------
-     190
-(1 row)
-
 INSERT INTO held_rows_bytes SELECT 200, pg_temp.held_rows_bytes();
 SELECT coalesce(a.bytes >= 1000, true) AS kept_rows_hold_the_value,
        coalesce(b.bytes - a.bytes < 8192, true) AS kept_rows_bounded
   FROM held_rows_bytes a, held_rows_bytes b
  WHERE a.after_renewals = 10 AND b.after_renewals = 200;
- kept_rows_hold_the_value | kept_rows_bounded 
---------------------------+-------------------
- t                        | t
-(1 row)
-
 SELECT expires_at >= now() + interval '200 s' AS last_renewal_counts
   FROM dlock.leases WHERE name = 'tx:renewals';
- last_renewal_counts 
----------------------
- t
-(1 row)
-
 SELECT dlock.release('tx:renewals', 'w1') AS released;
- released 
-----------
- t
-(1 row)
-
 COMMIT;
 DROP TABLE held_rows_bytes;
 -- A row deleted by hand (the table owner's own DELETE) in the granting
@@ -647,45 +252,15 @@ DROP TABLE held_rows_bytes;
 BEGIN;
 SELECT token AS dml_token FROM dlock.acquire('tx:dml', '1h', 'w1') \gset
 SELECT dlock.fence('tx:dml', :dml_token) AS fences_before;
- fences_before 
----------------
- t
-(1 row)
-
 DELETE FROM dlock.lease_state WHERE name = 'tx:dml';
 SELECT dlock.fence('tx:dml', :dml_token) AS fences_after_delete;
- fences_after_delete 
----------------------
- f
-(1 row)
-
 SELECT dlock.release('tx:dml', 'w1') AS released_after_delete;
- released_after_delete 
------------------------
- f
-(1 row)
-
 COMMIT;
 -- and in another transaction, a row updated by hand is read as it is now
 SELECT token AS dml_token FROM dlock.try_acquire('tx:dml2', '1h', 'w1') \gset
 BEGIN;
 SELECT dlock.fence('tx:dml2', :dml_token) AS fences_before;
- fences_before 
----------------
- t
-(1 row)
-
 UPDATE dlock.lease_state SET expires_at = now() - interval '1 s' WHERE name = 'tx:dml2';
 SELECT dlock.fence('tx:dml2', :dml_token) AS fences_after_expiry_by_hand;
- fences_after_expiry_by_hand 
------------------------------
- f
-(1 row)
-
 COMMIT;
 SELECT state FROM dlock.leases WHERE name = 'tx:dml2';
-  state  
----------
- expired
-(1 row)
-

@@ -2,8 +2,8 @@
 -- dlock.purge(): which names it deletes and which it keeps, that a purged
 -- name's old tokens stay false and its next token is larger, the caller's
 -- own transaction, batches, bad input and who may call it.  Races with
--- other sessions are in specs/purge_race.spec, waiters in
--- t/012_purge_cron.pl.
+-- other sessions are in test/specs/purge_race.spec, waiters in
+-- test/t/012_purge_cron.pl.
 --
 -- A database of its own, so that only the names made here are there to
 -- purge.
@@ -12,6 +12,7 @@
 CREATE DATABASE regress_dlock_purge;
 \c regress_dlock_purge
 CREATE EXTENSION dlock;
+
 -- Tokens follow the server's clock: the first grant of each incarnation of
 -- the database (here the first since CREATE EXTENSION) moves the counter up
 -- to it (docs/internals.md, I1), so their values differ from run to run.  A
@@ -20,13 +21,9 @@ CREATE EXTENSION dlock;
 -- starting at 1 would have given.  Its row is deleted, so that only the
 -- names made below are there to purge.
 SELECT dlock.release('tokens:warm-up', 'w') FROM dlock.try_acquire('tokens:warm-up', '1h', 'w');
- release 
----------
- t
-(1 row)
-
 SELECT last_value AS t0 FROM dlock.token_seq \gset
 DELETE FROM dlock.lease_state WHERE name = 'tokens:warm-up';
+
 CREATE FUNCTION pg_temp.outcome(call text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -37,6 +34,7 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
   RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
+
 -- Moves a lease into the past, as if it had been granted (and ended) ago
 CREATE FUNCTION pg_temp.age_lease(lease text, ago interval) RETURNS void
 LANGUAGE sql AS $$
@@ -45,307 +43,80 @@ LANGUAGE sql AS $$
          ended_at = ended_at - ago
    WHERE name = lease
 $$;
+
 -- Every token granted below
 CREATE TABLE granted (name text, token bigint);
 GRANT ALL ON granted TO PUBLIC;
 CREATE FUNCTION pg_temp.log_grant(l dlock.lease) RETURNS bigint
 LANGUAGE sql AS $$ INSERT INTO granted VALUES (l.name, l.token) RETURNING token $$;
+
 --
 -- One name in each state
 --
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('live', '1h', 'o') l)) - :t0 AS token;
- token 
--------
-     1
-(1 row)
-
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:new', '1h', 'o') l)) - :t0 AS token;
- token 
--------
-     2
-(1 row)
-
 SELECT dlock.release('released:new', 'o');
- release 
----------
- t
-(1 row)
-
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:old', '1h', 'o') l)) - :t0 AS token;
- token 
--------
-     3
-(1 row)
-
 SELECT dlock.release('released:old', 'o');
- release 
----------
- t
-(1 row)
-
 SELECT pg_temp.age_lease('released:old', '2h');
- age_lease 
------------
- 
-(1 row)
-
 -- expired 2h ago, without and with a lock-delay that has not passed yet
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('expired:old', '1s', 'o', '0s') l)) - :t0 AS token;
- token 
--------
-     4
-(1 row)
-
 SELECT pg_temp.age_lease('expired:old', '2h');
- age_lease 
------------
- 
-(1 row)
-
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('expired:delay', '1s', 'o', '3h') l)) - :t0 AS token;
- token 
--------
-     5
-(1 row)
-
 SELECT pg_temp.age_lease('expired:delay', '2h');
- age_lease 
------------
- 
-(1 row)
-
 -- expired 30 minutes ago
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('expired:new', '1h', 'o', '0s') l)) - :t0 AS token;
- token 
--------
-     6
-(1 row)
-
 SELECT pg_temp.age_lease('expired:new', '90min');
- age_lease 
------------
- 
-(1 row)
-
 -- force-released 2h ago: past a lock-delay of 1h, and in one of 3h
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('forced:old', '1h', 'o', '1h') l)) - :t0 AS token;
- token 
--------
-     7
-(1 row)
-
 SELECT dlock.force_release('forced:old');
- force_release 
----------------
- t
-(1 row)
-
 SELECT pg_temp.age_lease('forced:old', '2h');
- age_lease 
------------
- 
-(1 row)
-
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('forced:delay', '1h', 'o', '3h') l)) - :t0 AS token;
- token 
--------
-     8
-(1 row)
-
 SELECT dlock.force_release('forced:delay');
- force_release 
----------------
- t
-(1 row)
-
 SELECT pg_temp.age_lease('forced:delay', '2h');
- age_lease 
------------
- 
-(1 row)
-
 -- session-bound: its session lock given up (the backend's exit, as far as
 -- the lease can tell), with an hour of ttl left; and one still held
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('session:ended', '1h', 'o', session_bound => true) l)) - :t0 AS token;
- token 
--------
-     9
-(1 row)
-
 SELECT pg_advisory_unlock_all();
- pg_advisory_unlock_all 
-------------------------
- 
-(1 row)
-
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('session:live', '1h', 'o', session_bound => true) l)) - :t0 AS token;
- token 
--------
-    10
-(1 row)
 
 SELECT name, state FROM dlock.leases ORDER BY name;
-     name      |     state      
----------------+----------------
- expired:delay | expired
- expired:new   | expired
- expired:old   | expired
- forced:delay  | force_released
- forced:old    | force_released
- live          | live
- released:new  | released
- released:old  | released
- session:ended | session_ended
- session:live  | live
-(10 rows)
 
 -- Ended at least an hour ago and past their lock-delay
 SELECT dlock.purge('1 hour') AS purged;
- purged 
---------
-      3
-(1 row)
-
 SELECT name, state FROM dlock.leases ORDER BY name;
-     name      |     state      
----------------+----------------
- expired:delay | expired
- expired:new   | expired
- forced:delay  | force_released
- live          | live
- released:new  | released
- session:ended | session_ended
- session:live  | live
-(7 rows)
 
 -- Everything that is grantable now; the session-bound lease whose backend
 -- went counts from its expiry, an hour ahead
 SELECT dlock.purge('0') AS purged;
- purged 
---------
-      2
-(1 row)
-
 SELECT name, state FROM dlock.leases ORDER BY name;
-     name      |     state      
----------------+----------------
- expired:delay | expired
- forced:delay  | force_released
- live          | live
- session:ended | session_ended
- session:live  | live
-(5 rows)
-
 SELECT pg_temp.age_lease('session:ended', '2h');
- age_lease 
------------
- 
-(1 row)
-
 SELECT dlock.purge('1 hour') AS purged;
- purged 
---------
-      1
-(1 row)
-
 SELECT name, state FROM dlock.leases ORDER BY name;
-     name      |     state      
----------------+----------------
- expired:delay | expired
- forced:delay  | force_released
- live          | live
- session:live  | live
-(4 rows)
 
 -- The default: a day
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:day', '1h', 'o') l)) - :t0 AS token;
- token 
--------
-    11
-(1 row)
-
 SELECT dlock.release('released:day', 'o');
- release 
----------
- t
-(1 row)
-
 SELECT pg_temp.age_lease('released:day', '25h');
- age_lease 
------------
- 
-(1 row)
-
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:hours', '1h', 'o') l)) - :t0 AS token;
- token 
--------
-    12
-(1 row)
-
 SELECT dlock.release('released:hours', 'o');
- release 
----------
- t
-(1 row)
-
 SELECT pg_temp.age_lease('released:hours', '23h');
- age_lease 
------------
- 
-(1 row)
-
 SELECT dlock.purge() AS purged;
- purged 
---------
-      1
-(1 row)
-
 SELECT name FROM dlock.lease_state WHERE name LIKE 'released:%' ORDER BY name;
-      name      
-----------------
- released:hours
-(1 row)
-
 SELECT dlock.purge('0') AS purged;
- purged 
---------
-      1
-(1 row)
-
 SELECT name, state FROM dlock.leases ORDER BY name;
-     name      |     state      
----------------+----------------
- expired:delay | expired
- forced:delay  | force_released
- live          | live
- session:live  | live
-(4 rows)
 
 --
 -- A purged name's old token stays false, and its next grant is larger than
 -- every token issued before
 --
 SELECT dlock.fence(name, token) AS old_token_fences FROM granted WHERE name = 'released:old';
- old_token_fences 
-------------------
- f
-(1 row)
-
 SELECT max(token) AS max_before FROM granted \gset
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('released:old', '1h', 'o2') l)) > :max_before
        AS larger_than_every_token;
- larger_than_every_token 
--------------------------
- t
-(1 row)
-
 SELECT dlock.fence('released:old', min(token)) AS old_token_fences,
        dlock.fence('released:old', max(token)) AS new_token_fences
   FROM granted WHERE name = 'released:old';
- old_token_fences | new_token_fences 
-------------------+------------------
- f                | t
-(1 row)
 
 --
 -- The caller's own transaction: a name it fenced or changed is not purged,
@@ -354,123 +125,42 @@ SELECT dlock.fence('released:old', min(token)) AS old_token_fences,
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:fenced', '2s', 'o') l)) AS fenced_token \gset
 BEGIN;
 SELECT dlock.fence('own:fenced', :fenced_token) AS fenced;
- fenced 
---------
- t
-(1 row)
-
 SELECT pg_sleep_until(expires_at + '10ms') FROM dlock.lease_state WHERE name = 'own:fenced';
- pg_sleep_until 
-----------------
- 
-(1 row)
-
 SELECT state FROM dlock.leases WHERE name = 'own:fenced';
-  state  
----------
- expired
-(1 row)
-
 SELECT dlock.purge('0') AS purged_while_fenced;
- purged_while_fenced 
----------------------
-                   0
-(1 row)
-
 COMMIT;
 SELECT dlock.purge('0') AS purged_after_commit;
- purged_after_commit 
----------------------
-                   1
-(1 row)
 
 BEGIN;
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:changed', '1h', 'o') l)) IS NOT NULL AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT dlock.release('own:changed', 'o');
- release 
----------
- t
-(1 row)
-
 SELECT dlock.purge('0') AS purged_while_changed;
- purged_while_changed 
-----------------------
-                    0
-(1 row)
-
 COMMIT;
 SELECT dlock.purge('0') AS purged_after_commit;
- purged_after_commit 
----------------------
-                   1
-(1 row)
 
 -- Purged and granted again in one transaction: the new row is inserted
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:regrant', '1h', 'o') l)) IS NOT NULL AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT dlock.release('own:regrant', 'o');
- release 
----------
- t
-(1 row)
-
 BEGIN;
 SELECT dlock.purge('0') AS purged;
- purged 
---------
-      1
-(1 row)
-
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('own:regrant', '1h', 'o') l)) =
        (SELECT last_value FROM dlock.token_seq) AS granted_newest;
- granted_newest 
-----------------
- t
-(1 row)
-
 COMMIT;
 SELECT name, state FROM dlock.leases WHERE name = 'own:regrant';
-    name     | state 
--------------+-------
- own:regrant | live
-(1 row)
 
 -- Purged and rolled back: the row is back
 SELECT dlock.release('own:regrant', 'o');
- release 
----------
- t
-(1 row)
-
 BEGIN;
 SELECT dlock.purge('0') AS purged;
- purged 
---------
-      1
-(1 row)
-
 ROLLBACK;
 SELECT name, state FROM dlock.leases WHERE name = 'own:regrant';
-    name     |  state   
--------------+----------
- own:regrant | released
-(1 row)
 
 --
 -- Batches: a call holds at most 1000 locks (here a quarter of the lock
 -- table is more), one per name of a plain lease, which the transaction
 -- keeps; the procedure that loops until nothing is left (docs/operations.md's
 -- recipe).  Names with many permits against a small lock table are in
--- t/012_purge_cron.pl.
+-- test/t/012_purge_cron.pl.
 --
 INSERT INTO dlock.lease_state (name, token, owner, holder_role, acquired_at,
                                expires_at, ended_at, end_reason, lock_delay,
@@ -481,20 +171,11 @@ SELECT 'batch:' || i, nextval('dlock.token_seq'), 'o', current_user::regrole::dl
   FROM generate_series(1, 2500) i;
 BEGIN;
 SELECT dlock.purge('1 day') AS purged;
- purged 
---------
-   1000
-(1 row)
-
 SELECT count(*) FILTER (WHERE kind = 'name') AS name_locks_held,
        count(*) FILTER (WHERE kind = 'pin') AS pins_held
   FROM dlock.locks WHERE pid = pg_backend_pid() AND granted;
- name_locks_held | pins_held 
------------------+-----------
-            1000 |         0
-(1 row)
-
 COMMIT;
+
 CREATE PROCEDURE purge_all(older_than interval DEFAULT '1 day')
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -505,10 +186,6 @@ BEGIN
 END $$;
 CALL purge_all();
 SELECT count(*) AS batch_names_left FROM dlock.lease_state WHERE name LIKE 'batch:%';
- batch_names_left 
-------------------
-                0
-(1 row)
 
 -- The budget counts locks, not names: a name of 16 permits needs its lock
 -- and 15 pins, so a call takes 62 of them (992 locks), and the next the rest
@@ -523,47 +200,18 @@ BEGIN
   END LOOP;
 END $$;
 SELECT dlock.purge('0') AS purged_others;
- purged_others 
----------------
-             1
-(1 row)
-
 CALL permits(70);
 SELECT count(*) AS permit_rows FROM dlock.lease_state WHERE name LIKE 'permits:%';
- permit_rows 
--------------
-        1120
-(1 row)
-
 BEGIN;
 SELECT dlock.purge('0') AS purged;
- purged 
---------
-     62
-(1 row)
-
 SELECT count(*) FILTER (WHERE kind = 'name') AS name_locks_held,
        count(*) FILTER (WHERE kind = 'pin') AS pins_held
   FROM dlock.locks WHERE pid = pg_backend_pid() AND granted;
- name_locks_held | pins_held 
------------------+-----------
-              62 |       930
-(1 row)
-
 COMMIT;
 SELECT dlock.purge('0') AS purged;
- purged 
---------
-      8
-(1 row)
-
 SELECT count(*) AS permit_rows_left FROM dlock.lease_state WHERE name LIKE 'permits:%';
- permit_rows_left 
-------------------
-                0
-(1 row)
-
 DROP PROCEDURE permits(int);
+
 --
 -- Bad input and the wrong kind of transaction
 --
@@ -575,24 +223,10 @@ SELECT call, pg_temp.outcome(call) FROM (VALUES
   ($$dlock.purge('1 year')$$),
   ($$dlock.purge('200000000 days')$$)
 ) AS calls(call);
-              call              |                       outcome                        
---------------------------------+------------------------------------------------------
- dlock.purge(NULL)              | 22004: older_than must not be null
- dlock.purge('-1 second')       | 22023: older_than must not be negative
- dlock.purge('1 day -25 hours') | 22023: older_than must not be negative
- dlock.purge('1 month')         | 22023: older_than must not have a month or year part
- dlock.purge('1 year')          | 22023: older_than must not have a month or year part
- dlock.purge('200000000 days')  | ok: 0
-(6 rows)
-
 BEGIN TRANSACTION READ ONLY;
 SELECT pg_temp.outcome($$dlock.purge('0')$$);
-                            outcome                             
-----------------------------------------------------------------
- 25006: cannot execute dlock.purge() in a read-only transaction
-(1 row)
-
 ROLLBACK;
+
 --
 -- Who may call it: superusers and roles with the privileges of the
 -- database's owner; it purges every role's names
@@ -601,69 +235,28 @@ CREATE ROLE regress_dlock_purge_user;
 CREATE ROLE regress_dlock_purge_owner;
 SET ROLE regress_dlock_purge_user;
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('user:name', '1h', 'u') l)) - :t0 AS token;
- token 
--------
-  3638
-(1 row)
-
 SELECT dlock.release('user:name', 'u');
- release 
----------
- t
-(1 row)
-
 SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_user;
-                 as_user                  
-------------------------------------------
- 42501: permission denied to purge leases
-(1 row)
-
 SELECT dlock.purge('0');
-ERROR:  permission denied to purge leases
-DETAIL:  Only superusers and roles with the privileges of the database's owner may call dlock.purge().
-HINT:  Call it as the owner of database "regress_dlock_purge", or grant that role to the role that calls it.
 RESET ROLE;
 ALTER DATABASE regress_dlock_purge OWNER TO regress_dlock_purge_owner;
 SET ROLE regress_dlock_purge_owner;
 SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_database_owner;
- as_database_owner 
--------------------
- ok: 1
-(1 row)
-
 RESET ROLE;
 SET ROLE regress_dlock_purge_user;
 SELECT pg_temp.log_grant((SELECT l FROM dlock.try_acquire('user:name', '1h', 'u') l)) IS NOT NULL AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT dlock.release('user:name', 'u');
- release 
----------
- t
-(1 row)
-
 RESET ROLE;
 GRANT regress_dlock_purge_owner TO regress_dlock_purge_user;
 SET ROLE regress_dlock_purge_user;
 SELECT pg_temp.outcome($$dlock.purge('0')$$) AS as_member_of_owner;
- as_member_of_owner 
---------------------
- ok: 1
-(1 row)
-
 RESET ROLE;
 ALTER DATABASE regress_dlock_purge OWNER TO CURRENT_USER;
+
 -- Tokens only ever grew, across all the purges above
 SELECT count(*) = count(DISTINCT token) AS tokens_unique,
        max(token) <= (SELECT last_value FROM dlock.token_seq) AS within_counter
   FROM granted;
- tokens_unique | within_counter 
----------------+----------------
- t             | t
-(1 row)
 
 \c :regress_db
 DROP DATABASE regress_dlock_purge;

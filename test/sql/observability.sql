@@ -4,7 +4,7 @@
 -- exist (dlock.stats_max only when preloaded), and the stale-fence log line
 -- is limited per backend.  The statistics themselves, the wording
 -- of the stale-fence log line and two-session views of dlock.locks are in
--- t/014_stats.pl.
+-- test/t/014_stats.pl.
 --
 CREATE FUNCTION pg_temp.outcome(call text) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -14,58 +14,25 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
   RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
+
 -- Not preloaded: the statistics say how to get them
 SELECT * FROM dlock.stats;
-ERROR:  dlock statistics are not available
-DETAIL:  The statistics live in shared memory, which dlock reserves only when the server loads it at start.
-HINT:  Add dlock to shared_preload_libraries and restart the server.
 SELECT call, pg_temp.outcome(call) FROM (VALUES
   ('* FROM dlock.stats()'),
   ('dlock.stats_reset()'),
   ('* FROM dlock.queue_places()')) v(call);
-            call             |                               outcome                               
------------------------------+---------------------------------------------------------------------
- * FROM dlock.stats()        | 55000: dlock statistics are not available
- dlock.stats_reset()         | 55000: dlock statistics are not available
- * FROM dlock.queue_places() | 55000: dlock.queue_places() needs dlock in shared_preload_libraries
-(3 rows)
-
 SHOW dlock.stats;
- dlock.stats 
--------------
- on
-(1 row)
-
 SHOW dlock.log_stale_fences;
- dlock.log_stale_fences 
-------------------------
- on
-(1 row)
 
 -- Only superusers may reset the statistics, or roles granted EXECUTE
 CREATE ROLE regress_dlock_observer;
 SET ROLE regress_dlock_observer;
 SELECT pg_temp.outcome('dlock.stats_reset()');
-                      outcome                      
----------------------------------------------------
- 42501: permission denied for function stats_reset
-(1 row)
-
 SELECT count(*) AS visible_lock_rows FROM dlock.locks;
- visible_lock_rows 
--------------------
-                 0
-(1 row)
-
 RESET ROLE;
 DROP ROLE regress_dlock_observer;
 -- ... and only superusers may change what is counted and logged
 SELECT name, context FROM pg_settings WHERE name IN ('dlock.stats', 'dlock.log_stale_fences') ORDER BY name;
-          name          |  context  
-------------------------+-----------
- dlock.log_stale_fences | superuser
- dlock.stats            | superuser
-(2 rows)
 
 -- name_key() is the key pg_locks shows for a name: classid and objid are
 -- its high and low 32 bits
@@ -74,132 +41,44 @@ SELECT token AS obs_token FROM dlock.try_acquire('obs:a', '1h', 'w') \gset
 SELECT (l.classid::bigint << 32 | l.objid::bigint) = dlock.name_key('obs:a') AS key_matches
   FROM pg_locks l
  WHERE l.locktype = 'advisory' AND l.objsubid = 17484 AND l.pid = pg_backend_pid();
- key_matches 
--------------
- t
- t
-(2 rows)
-
 -- A grant holds the name's lock until commit; the transaction sees its own row
 SELECT kind, name, token, mode, granted, waitstart FROM dlock.locks
  WHERE pid = pg_backend_pid() ORDER BY kind, mode;
- kind | name  | token |         mode          | granted | waitstart 
-------+-------+-------+-----------------------+---------+-----------
- name | obs:a |       | AccessExclusiveLock   | t       | 
- name | obs:a |       | ShareRowExclusiveLock | t       | 
-(2 rows)
-
 COMMIT;
 SELECT count(*) AS locks_after_commit FROM dlock.locks WHERE pid = pg_backend_pid();
- locks_after_commit 
---------------------
-                  0
-(1 row)
 
 -- A true fence: AccessShareLock on the name, named; a false one holds nothing
 BEGIN;
 SELECT dlock.fence('obs:a', :obs_token) AS fenced;
- fenced 
---------
- t
-(1 row)
-
 SELECT dlock.fence('obs:a', :obs_token + 1000) AS stale;
- stale 
--------
- f
-(1 row)
-
 SELECT kind, name, mode, granted FROM dlock.locks WHERE pid = pg_backend_pid();
- kind | name  |      mode       | granted 
-------+-------+-----------------+---------
- name | obs:a | AccessShareLock | t
-(1 row)
-
 COMMIT;
+
 -- A session-bound holder: its session lock, found by its token
 SELECT token AS sb_token FROM dlock.try_acquire('obs:session', '1h', 'w', session_bound => true) \gset
 SELECT kind, name, token = :sb_token AS own_token, mode, granted FROM dlock.locks
  WHERE pid = pg_backend_pid();
-  kind   |    name     | own_token |     mode      | granted 
----------+-------------+-----------+---------------+---------
- session | obs:session | t         | ExclusiveLock | t
-(1 row)
-
 SELECT dlock.release('obs:session', 'w');
- release 
----------
- t
-(1 row)
-
 SELECT count(*) AS locks_after_release FROM dlock.locks WHERE pid = pg_backend_pid();
- locks_after_release 
----------------------
-                   0
-(1 row)
 
 -- Other advisory locks are not dlock's
 SELECT pg_advisory_lock(17484);
- pg_advisory_lock 
-------------------
- 
-(1 row)
-
 SELECT pg_advisory_lock(1, 17485);
- pg_advisory_lock 
-------------------
- 
-(1 row)
-
 SELECT count(*) AS dlock_rows FROM dlock.locks WHERE pid = pg_backend_pid();
- dlock_rows 
-------------
-          0
-(1 row)
-
 SELECT pg_advisory_unlock_all();
- pg_advisory_unlock_all 
-------------------------
- 
-(1 row)
 
 -- Not preloaded, the stale-fence log line is limited per backend: one line
 -- per name in 10 s, however many stale checks, and none for a name never
--- granted (its wording, in the server log, is checked in t/014_stats.pl)
+-- granted (its wording, in the server log, is checked in test/t/014_stats.pl)
 SELECT token AS obs_stale FROM dlock.try_acquire('obs:stale', '1h', 'w') \gset
 SELECT dlock.force_release('obs:stale');
- force_release 
----------------
- t
-(1 row)
-
 SET client_min_messages = log;
 \set VERBOSITY sqlstate
 SELECT dlock.fence('obs:stale', :obs_stale) AS first_check;
-LOG:  00000
- first_check 
--------------
- f
-(1 row)
-
 SELECT dlock.fence('obs:stale', :obs_stale) AS second_check;
- second_check 
---------------
- f
-(1 row)
-
 SELECT dlock.fence('obs:never', :obs_stale) AS never_granted;
- never_granted 
----------------
- f
-(1 row)
-
 \set VERBOSITY default
 RESET client_min_messages;
-SELECT dlock.release('obs:a', 'w');
- release 
----------
- t
-(1 row)
 
+SELECT dlock.release('obs:a', 'w');
 DELETE FROM dlock.lease_state WHERE name LIKE 'obs:%';

@@ -3,111 +3,55 @@
 -- keeps for the rest of a transaction (fence answers, session locks to give
 -- back, wake-ups, session-bound grants) follows ROLLBACK TO SAVEPOINT, a
 -- caught PL/pgSQL exception, PREPARE TRANSACTION and COMMIT PREPARED.
--- Races between sessions are in specs/, standbys in t/011_edges.pl.
+-- Races between sessions are in test/specs/, standbys in test/t/011_edges.pl.
 --
 CREATE FUNCTION session_locks() RETURNS bigint LANGUAGE sql AS $$
   SELECT count(*) FROM dlock.locks
    WHERE kind = 'session' AND pid = pg_catalog.pg_backend_pid()
 $$;
+
 -- A grant rolled back to a savepoint: its token fences false afterwards,
 -- also when fence() answered true for it before the rollback
 BEGIN;
 SAVEPOINT s;
 SELECT token AS sp_token FROM dlock.try_acquire('sub:a', '1h', 'w') \gset
 SELECT dlock.fence('sub:a', :sp_token) AS fenced_in_savepoint;
- fenced_in_savepoint 
----------------------
- t
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT dlock.fence('sub:a', :sp_token) AS fenced_after_rollback;
- fenced_after_rollback 
------------------------
- f
-(1 row)
-
 COMMIT;
 SELECT count(*) AS sub_a_rows FROM dlock.leases WHERE name = 'sub:a';
- sub_a_rows 
-------------
-          0
-(1 row)
 
 -- The mirror: a release rolled back to a savepoint leaves the token live
 SELECT token AS live_token FROM dlock.try_acquire('sub:b', '1h', 'w') \gset
 BEGIN;
 SAVEPOINT s;
 SELECT dlock.release('sub:b', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 SELECT dlock.fence('sub:b', :live_token) AS fenced_after_release;
- fenced_after_release 
-----------------------
- f
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT dlock.fence('sub:b', :live_token) AS fenced_after_rollback;
- fenced_after_rollback 
------------------------
- t
-(1 row)
-
 COMMIT;
+
 -- Nested: a change in a committed inner savepoint is undone with the outer
 BEGIN;
 SAVEPOINT outer_sp;
 SAVEPOINT inner_sp;
 SELECT dlock.release('sub:b', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 RELEASE SAVEPOINT inner_sp;
 SELECT dlock.fence('sub:b', :live_token) AS fenced_after_release;
- fenced_after_release 
-----------------------
- f
-(1 row)
-
 ROLLBACK TO SAVEPOINT outer_sp;
 SELECT dlock.fence('sub:b', :live_token) AS fenced_after_outer_rollback;
- fenced_after_outer_rollback 
------------------------------
- t
-(1 row)
-
 COMMIT;
 -- A rolled-back sibling savepoint does not undo an earlier change
 BEGIN;
 SAVEPOINT first_sp;
 SELECT dlock.release('sub:b', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 RELEASE SAVEPOINT first_sp;
 SAVEPOINT second_sp;
 SELECT dlock.fence('sub:b', :live_token) AS fenced_after_release;
- fenced_after_release 
-----------------------
- f
-(1 row)
-
 ROLLBACK TO SAVEPOINT second_sp;
 SELECT dlock.fence('sub:b', :live_token) AS still_fenced_false;
- still_fenced_false 
---------------------
- f
-(1 row)
-
 ROLLBACK;
+
 -- A session-bound lease whose release is rolled back to a savepoint, or
 -- inside a PL/pgSQL block whose exception is caught, stays held: its
 -- session lock is kept, and it is live after the commit
@@ -115,19 +59,9 @@ SELECT token AS sb_token FROM dlock.try_acquire('sub:sb', '1h', 'w', session_bou
 BEGIN;
 SAVEPOINT s;
 SELECT dlock.release('sub:sb', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 COMMIT;
 SELECT state FROM dlock.leases WHERE name = 'sub:sb';
- state 
--------
- live
-(1 row)
-
 DO $$
 BEGIN
   BEGIN
@@ -137,287 +71,92 @@ BEGIN
     RAISE NOTICE 'caught: %', SQLERRM;
   END;
 END $$;
-NOTICE:  caught: job failed
 SELECT state FROM dlock.leases WHERE name = 'sub:sb';
- state 
--------
- live
-(1 row)
-
 SELECT session_locks() AS session_locks_held;
- session_locks_held 
---------------------
-                  1
-(1 row)
-
 -- A release that commits gives the lock back
 SELECT dlock.release('sub:sb', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 SELECT session_locks() AS session_locks_after_release;
- session_locks_after_release 
------------------------------
-                           0
-(1 row)
 
 -- A session-bound grant rolled back to a savepoint gives its lock back at
 -- once; the grant kept beside it keeps its own
 BEGIN;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:sb1', '1h', 'w', session_bound => true)) AS kept;
- kept 
-------
- t
-(1 row)
-
 SAVEPOINT s;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:sb2', '1h', 'w', session_bound => true)) AS rolled_back;
- rolled_back 
--------------
- t
-(1 row)
-
 SELECT session_locks() AS session_locks_in_savepoint;
- session_locks_in_savepoint 
-----------------------------
-                          2
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT session_locks() AS session_locks_after_rollback;
- session_locks_after_rollback 
-------------------------------
-                            1
-(1 row)
-
 COMMIT;
 SELECT name, state FROM dlock.leases WHERE name LIKE 'sub:sb_' ORDER BY name;
-  name   | state 
----------+-------
- sub:sb1 | live
-(1 row)
-
 SELECT dlock.release('sub:sb1', 'w') AS released;
- released 
-----------
- t
-(1 row)
 
 -- DISCARD ALL ends this session's session-bound leases; the next
 -- session-bound grant works without a warning
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:d1', '1h', 'w', session_bound => true)) AS granted;
- granted 
----------
- t
-(1 row)
-
 DISCARD ALL;
 SELECT state FROM dlock.leases WHERE name = 'sub:d1';
-     state     
----------------
- session_ended
-(1 row)
-
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:d2', '1h', 'w', session_bound => true)) AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:d3', '1h', 'w', session_bound => true)) AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT name, state FROM dlock.leases WHERE name LIKE 'sub:d_' ORDER BY name;
-  name  |     state     
---------+---------------
- sub:d1 | session_ended
- sub:d2 | live
- sub:d3 | live
-(3 rows)
-
 SELECT session_locks() AS session_locks_held;
- session_locks_held 
---------------------
-                  2
-(1 row)
-
 SELECT dlock.release('sub:d2', 'w') AND dlock.release('sub:d3', 'w') AS released;
- released 
-----------
- t
-(1 row)
 
 -- Two-phase commit: a session-bound grant cannot be prepared (the lease
 -- would follow this backend while another one decides its fate) ...
 BEGIN;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sb', '1h', 'w', session_bound => true)) AS granted;
- granted 
----------
- t
-(1 row)
-
 PREPARE TRANSACTION 'dlock_sub_sb';
-ERROR:  cannot PREPARE a transaction that granted a session-bound lease
-DETAIL:  Lease "sub:2pc-sb" is bound to this session, but a prepared transaction is committed independently of it.
-HINT:  Grant session-bound leases outside of two-phase transactions.
 SELECT count(*) AS rows_after_refused_prepare FROM dlock.leases WHERE name = 'sub:2pc-sb';
- rows_after_refused_prepare 
-----------------------------
-                          0
-(1 row)
-
 SELECT session_locks() AS session_locks_after_refused_prepare;
- session_locks_after_refused_prepare 
--------------------------------------
-                                   0
-(1 row)
-
 -- ... unless it was rolled back to a savepoint first
 BEGIN;
 SAVEPOINT s;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sb', '1h', 'w', session_bound => true)) AS granted;
- granted 
----------
- t
-(1 row)
-
 ROLLBACK TO SAVEPOINT s;
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc', '1h', 'w')) AS granted;
- granted 
----------
- t
-(1 row)
-
 PREPARE TRANSACTION 'dlock_sub_plain';
 COMMIT PREPARED 'dlock_sub_plain';
 SELECT name, state FROM dlock.leases WHERE name LIKE 'sub:2pc%' ORDER BY name;
-  name   | state 
----------+-------
- sub:2pc | live
-(1 row)
-
 -- A fence answer does not outlive PREPARE: the next transaction asks again
 SELECT token AS p_token FROM dlock.leases WHERE name = 'sub:2pc' \gset
 BEGIN;
 SELECT dlock.fence('sub:2pc', :p_token) AS fenced;
- fenced 
---------
- t
-(1 row)
-
 SELECT dlock.release('sub:2pc', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 PREPARE TRANSACTION 'dlock_sub_release';
 SELECT state FROM dlock.leases WHERE name = 'sub:2pc';
- state 
--------
- live
-(1 row)
-
 SELECT dlock.fence('sub:2pc', :p_token) AS fenced_while_release_prepared;
- fenced_while_release_prepared 
--------------------------------
- t
-(1 row)
-
 COMMIT PREPARED 'dlock_sub_release';
 SELECT dlock.fence('sub:2pc', :p_token) AS fenced_after_commit_prepared;
- fenced_after_commit_prepared 
-------------------------------
- f
-(1 row)
-
 -- A session-bound lease released through two-phase commit: the session
 -- lock is given back once the release is seen committed
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sbr', '1h', 'w', session_bound => true)) AS granted;
- granted 
----------
- t
-(1 row)
-
 BEGIN;
 SELECT dlock.release('sub:2pc-sbr', 'w') AS released;
- released 
-----------
- t
-(1 row)
-
 PREPARE TRANSACTION 'dlock_sub_sb_release';
 SELECT state FROM dlock.leases WHERE name = 'sub:2pc-sbr';
- state 
--------
- live
-(1 row)
-
 COMMIT PREPARED 'dlock_sub_sb_release';
 SELECT state FROM dlock.leases WHERE name = 'sub:2pc-sbr';
-  state   
-----------
- released
-(1 row)
-
 SELECT EXISTS (SELECT FROM dlock.try_acquire('sub:2pc-sbr2', '1h', 'w', session_bound => true)) AS granted;
- granted 
----------
- t
-(1 row)
-
 SELECT session_locks() AS session_locks_held;
- session_locks_held 
---------------------
-                  1
-(1 row)
-
 SELECT dlock.release('sub:2pc-sbr2', 'w') AS released;
- released 
-----------
- t
-(1 row)
 
 -- The fence cache is bounded: a transaction that is refused a great many
 -- distinct stale tokens keeps only a bounded number of answers
 BEGIN;
 SELECT count(*) FILTER (WHERE dlock.fence('sub:a', t)) AS fenced
   FROM generate_series(1, 20000) t;
- fenced 
---------
-      0
-(1 row)
-
 -- (PostgreSQL 13 has no pg_backend_memory_contexts: subtransactions_1.out)
 SELECT sum(total_bytes) < 512 * 1024 AS fence_cache_bounded
   FROM pg_backend_memory_contexts WHERE name = 'dlock fence cache';
- fence_cache_bounded 
----------------------
- t
-(1 row)
-
 COMMIT;
+
 -- dlock.default_lock_delay is bounded by dlock.max_ttl, as lock_delay is
 SET dlock.default_lock_delay = '2d';
-ERROR:  invalid value for parameter "dlock.default_lock_delay": 172800000
-DETAIL:  The lock-delay may not exceed dlock.max_ttl (86400 s).
 SET dlock.max_ttl = '3d';
 SET dlock.default_lock_delay = '2d';
 RESET dlock.max_ttl;
 SELECT dlock.try_acquire('sub:delay', '1h', 'w');
-ERROR:  dlock.default_lock_delay exceeds dlock.max_ttl
-DETAIL:  The longest allowed lock_delay is 86400 seconds.
-HINT:  Lower dlock.default_lock_delay, or pass lock_delay.
 RESET dlock.default_lock_delay;
 SELECT count(*) AS sub_delay_rows FROM dlock.leases WHERE name = 'sub:delay';
- sub_delay_rows 
-----------------
-              0
-(1 row)
 
 DROP FUNCTION session_locks();

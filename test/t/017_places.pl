@@ -6,7 +6,7 @@
 # head of the acquire() queue waits); a place lapses ttl after its last
 # poll; release() gives a place up; places and acquire() waiters form one
 # queue in arrival order, whichever came first.  Without preloading,
-# queue => true is refused (sql/errors.sql).
+# queue => true is refused (test/sql/errors.sql).
 #
 # Shares: a role keeps at most a quarter of dlock.max_queue_places (40
 # here: 10 each), and is refused (53400, naming its share) beyond; other

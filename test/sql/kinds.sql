@@ -4,8 +4,8 @@
 -- semaphores (at most max_holders live), each holder with its own token,
 -- renewed, released and fenced on its own, in reusable slots.  Bad or
 -- contradicting arguments change nothing.  The waits between sessions are
--- in specs/shared_fence.spec, specs/semaphore.spec and
--- specs/kinds_fifo.spec.
+-- in test/specs/shared_fence.spec, test/specs/semaphore.spec and
+-- test/specs/kinds_fifo.spec.
 --
 
 CREATE FUNCTION pg_temp.outcome(call text) RETURNS text

@@ -29,7 +29,7 @@ SELECT t.typname, format_type(a.atttypid, a.atttypmod) AS view_holder_role
                                                      AND attname = 'holder_role')
  WHERE a.attrelid = 'dlock.leases'::regclass AND a.attname = 'holder_role';
 -- The binary form is the text form, never the OID: a role OID from
--- elsewhere must not name a role here (binary COPY out and in: t/009)
+-- elsewhere must not name a role here (binary COPY out and in: test/t/009)
 SELECT convert_from(dlock.holder_send('regress_dlock_holder'::dlock.holder), 'UTF8') AS binary_form,
        convert_from(dlock.holder_send('-'::dlock.holder), 'UTF8') AS binary_no_role,
        convert_from(dlock.holder_send('"Mixed Case"'::dlock.holder), 'UTF8') AS binary_unknown;

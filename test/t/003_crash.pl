@@ -1,7 +1,7 @@
 # Crashes: grants, renewals and releases under load, then an immediate
 # shutdown; and kill -9 of a holder's and of a waiter's backend.  Every
 # acknowledged change survives (a release that was its client's last
-# acknowledged call may be lost whole: see t/008_lazy_release.pl), no token is
+# acknowledged call may be lost whole: see test/t/008_lazy_release.pl), no token is
 # ever issued twice, the next token is larger than all before, and nothing is
 # left locked.
 

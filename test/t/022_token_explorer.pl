@@ -13,8 +13,8 @@
 # base backup and later start it as it is (no recovery.signal) as the new
 # primary.  A third of the histories start at version 1.1, with leases,
 # and are updated first.  Every grant that returned is acknowledged.
-# Synchronous replication and WAL archives are left to t/004, t/015 and
-# t/020, whose histories they shape.
+# Synchronous replication and WAL archives are left to test/t/004, test/t/015 and
+# test/t/020, whose histories they shape.
 #
 # Properties, over the whole history:
 #   never twice  no token value is acknowledged to two grants, and no two
