@@ -2,13 +2,11 @@
 
 EXTENSION  = dlock
 MODULE_big = dlock
-OBJS       = src/dlock.o src/args.o src/name_lock.o src/lease_store.o \
-             src/lease_status.o src/session.o src/waiting.o \
-             src/durability.o src/lease_api.o src/fence.o \
-             src/holder.o src/purge.o src/stats.o src/lease_set.o src/watch.o \
-             src/places.o src/grant.o src/test_hooks.o src/token.o \
-             src/module_version.o src/settings.o src/xact_pending.o \
-             src/lease_state_trigger.o src/lock_tags.o src/sql_views.o
+# The C sources, by layer, lowest first (src/LAYERS names the layers; each
+# folder's README.md states its rule): src/LAYER/*.c, then src/dlock.c
+DLOCK_LAYERS := $(shell sed -e 's/\#.*//' $(dir $(lastword $(MAKEFILE_LIST)))src/LAYERS)
+OBJS       = $(patsubst %.c,%.o,$(foreach layer,$(DLOCK_LAYERS),$(sort $(wildcard src/$(layer)/*.c)))) \
+             src/dlock.o
 DATA       = $(wildcard dlock--*.sql)
 PGFILEDESC = "dlock - leased, fenced locks"
 
@@ -34,7 +32,7 @@ ISOLATION      = race fence_regrant stale_snapshot rollback self_wait cycle_shap
                  shared_fence semaphore kinds_fifo watch_grants first_permits \
                  semaphore_wake first_grant semaphore_change
 # The test build's specs, which hold the windows of the conflict rule open
-# with its pause points (src/test_hooks.h): make installcheck of a module
+# with its pause points (src/base/test_hooks.h): make installcheck of a module
 # built and installed with DLOCK_TEST_HOOKS=1 runs them too
 ISOLATION_HOOKS = hook_exclusive_alongside hook_renew_at_expiry hook_change_claim \
                   hook_watch hook_token_move hook_semaphore_change hook_serial_grant \
@@ -55,13 +53,16 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 # such as -Wextra (see scripts/common.sh) judge dlock's own code, not PostgreSQL's.
 PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server)
 
+# dlock's own headers are named from src/: "engine/engine.h"
+PG_CPPFLAGS += -I$(srcdir)/src
+
 # The module knows its own version (module_version.c): dlock.control's
 # default_version, written once there
 DLOCK_MODULE_VERSION := $(shell sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" $(dir $(lastword $(MAKEFILE_LIST)))dlock.control)
 PG_CPPFLAGS += -DDLOCK_MODULE_VERSION='"$(DLOCK_MODULE_VERSION)"'
 
 # The test build (make DLOCK_TEST_HOOKS=1): pause points that isolation
-# specs drive (src/test_hooks.h).  Never set for a package.
+# specs drive (src/base/test_hooks.h).  Never set for a package.
 ifdef DLOCK_TEST_HOOKS
 PG_CPPFLAGS += -DDLOCK_TEST_HOOKS
 endif
@@ -81,8 +82,9 @@ export TESTDIR = $(CURDIR)
 # The TAP tests' shared module, test/perl/DlockTest.pm
 PG_PROVE_FLAGS += -I test/perl
 
-# Every module includes the shared headers: a change to them rebuilds all
-$(OBJS): src/dlock.h src/dlock_compat.h src/test_hooks.h
+# Every module includes its layer's header, which includes the ones below:
+# a change to any header rebuilds all
+$(OBJS): src/dlock_compat.h $(wildcard src/*/*.h)
 
 # Against one's own server the suite needs prepared transactions: say so
 # instead of failing in the middle

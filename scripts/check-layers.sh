@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # check-layers.sh: the C files of src/ call only down, and never in a
-# circle.  src/LAYERS names the layers, lowest first, and the files of each.
+# circle.  src/LAYERS names the layers, lowest first; the files of a layer
+# are those of its folder, src/LAYER/*.c; src/dlock.c, the module's entry,
+# stands above them all.
 #
 # From the object files (nm: which file defines each symbol another file
 # uses), it draws the calls between src/ files and fails on
 #   - a call from a file to a file of a higher layer, naming the symbol;
 #   - a circle of calls among files (of one layer, since calls go only down
 #     or sideways), naming the files;
-#   - a file of src/ that src/LAYERS does not place, or a placed one that
-#     does not exist.
+#   - a C file of src/ outside the layer folders, or a folder of src/ that
+#     src/LAYERS does not name (and a named layer without a folder).
 # Calls within a layer are allowed as long as they form no circle.
 #
-# Usage: scripts/check-layers.sh [OBJECT-DIR]   (default: src, after make)
+# Usage: scripts/check-layers.sh [OBJECT-DIR]   (default: src, after make;
+#                                               objects in its layer folders)
 #        scripts/check-layers.sh --self-test    the check fails on a planted
 #                                               upward call and circle
 # Prints "ok N - ..." or "not ok N - ..." per check, then "N passed, N
 # failed"; exits non-zero when one failed.  CHECK_LAYERS_ROOT names another
-# tree (with src/LAYERS and src/*.c) to check than this one.
+# tree (with src/LAYERS and src/LAYER/*.c) to check than this one.
 set -euo pipefail
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 
@@ -26,13 +29,14 @@ if [ "${1:-}" = --self-test ]; then
     # the files, and pass once the planted calls are gone
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    mkdir "$tmp/src"
-    printf 'low: low\nhigh: high\nsql: a b\n' >"$tmp/src/LAYERS"
-    printf 'int high_fn(void);\nint low_fn(void) { return %s; }\n' "${PLANT:-high_fn()}" >"$tmp/src/low.c"
-    printf 'int low_fn(void);\nint high_fn(void) { return low_fn(); }\n' >"$tmp/src/high.c"
-    printf 'int b_fn(void);\nint a_fn(void) { return b_fn(); }\n' >"$tmp/src/a.c"
-    printf 'int a_fn(void);\nint b_fn(void) { return %s; }\n' "${PLANT:-a_fn()}" >"$tmp/src/b.c"
-    for f in low high a b; do cc -c -o "$tmp/src/$f.o" "$tmp/src/$f.c"; done
+    mkdir -p "$tmp/src/low" "$tmp/src/high" "$tmp/src/sql"
+    printf 'low\nhigh\nsql\n' >"$tmp/src/LAYERS"
+    printf 'int high_fn(void);\nint low_fn(void) { return %s; }\n' "${PLANT:-high_fn()}" >"$tmp/src/low/low.c"
+    printf 'int low_fn(void);\nint high_fn(void) { return low_fn(); }\n' >"$tmp/src/high/high.c"
+    printf 'int b_fn(void);\nint a_fn(void) { return b_fn(); }\n' >"$tmp/src/sql/a.c"
+    printf 'int a_fn(void);\nint b_fn(void) { return %s; }\n' "${PLANT:-a_fn()}" >"$tmp/src/sql/b.c"
+    printf 'int a_fn(void);\nint main(void) { return a_fn(); }\n' >"$tmp/src/dlock.c"
+    for f in low/low high/high sql/a sql/b dlock; do cc -c -o "$tmp/src/$f.o" "$tmp/src/$f.c"; done
     n=0 failed=0
     out=$(CHECK_LAYERS_ROOT=$tmp bash "$SELF" "$tmp/src" 2>&1 || true)
     n=$((n + 1))
@@ -50,9 +54,9 @@ if [ "${1:-}" = --self-test ]; then
         echo "not ok $n - a planted circle fails the check, naming its files"; echo "$out"
         failed=$((failed + 1))
     fi
-    printf 'int low_fn(void) { return 0; }\n' >"$tmp/src/low.c"
-    printf 'int b_fn(void) { return 1; }\n' >"$tmp/src/b.c"
-    for f in low b; do cc -c -o "$tmp/src/$f.o" "$tmp/src/$f.c"; done
+    printf 'int low_fn(void) { return 0; }\n' >"$tmp/src/low/low.c"
+    printf 'int b_fn(void) { return 1; }\n' >"$tmp/src/sql/b.c"
+    for f in low/low sql/b; do cc -c -o "$tmp/src/$f.o" "$tmp/src/$f.c"; done
     n=$((n + 1))
     if CHECK_LAYERS_ROOT=$tmp bash "$SELF" "$tmp/src" >/dev/null 2>&1; then
         echo "ok $n - without them it passes"
@@ -80,26 +84,29 @@ open my $lf, "<", "src/LAYERS" or die "src/LAYERS: $!";
 while (<$lf>)
 {
 	s/#.*//;
-	next unless /\S/;
-	my ($layer, @files) = split;
-	$layer =~ s/:$//;
-	push @layers, $layer;
-	for my $f (@files)
-	{
-		die "src/LAYERS: $f is placed twice\n" if exists $layer_of{$f};
-		$layer_of{$f} = $#layers;
-	}
+	push @layers, split;
 }
 close $lf;
+my %layer_index = map { $layers[$_] => $_ } 0 .. $#layers;
+# src/dlock.c, the module entry, above every layer
+push @layers, "module";
+
+# a file is named by its base name (unique in src/), its layer by its folder
+sub place
+{
+	my ($path) = @_;
+	my ($dir, $f) = $path =~ m{^\Q$obj_dir\E/(?:([^/]+)/)?([^/]+)\.[co]$} or return;
+	return ($f, $dir) if defined $dir;
+	return ($f, undef);
+}
 
 # defined and used symbols of each object file
 my (%defines, %uses);
-my @objects = glob("$obj_dir/*.o");
+my @objects = (glob("$obj_dir/*/*.o"), glob("$obj_dir/*.o"));
 die "no object files in $obj_dir (run make first)\n" unless @objects;
 for my $o (@objects)
 {
-	(my $f = $o) =~ s{.*/}{};
-	$f =~ s/\.o$//;
+	my ($f) = place($o);
 	for (`nm -P "$o"`)
 	{
 		my ($sym, $type) = split;
@@ -109,11 +116,20 @@ for my $o (@objects)
 	}
 }
 
-my @sources = map { s{.*/}{}r =~ s/\.c$//r } glob("src/*.c");
-my @unplaced = grep { !exists $layer_of{$_} } @sources;
-my @missing = grep { my $f = $_; !grep { $_ eq $f } @sources } sort keys %layer_of;
-report(!@unplaced && !@missing, "src/LAYERS places every C file of src/"
-	. (@unplaced ? "; not placed: @unplaced" : "") . (@missing ? "; no such file: @missing" : ""));
+my (@misplaced, %seen_layer);
+for my $c (glob("$obj_dir/*.c"), glob("$obj_dir/*/*.c"))
+{
+	my ($f, $dir) = place($c);
+	if (!defined $dir)
+	{
+		if ($f eq "dlock") { $layer_of{$f} = $#layers } else { push @misplaced, "$f.c (outside the layer folders)" }
+	}
+	elsif (exists $layer_index{$dir}) { $layer_of{$f} = $layer_index{$dir}; $seen_layer{$dir} = 1 }
+	else { push @misplaced, "$dir/$f.c (src/LAYERS names no layer $dir)" }
+}
+my @empty = grep { !$seen_layer{$_} } @layers[0 .. $#layers - 1];
+report(!@misplaced && !@empty, "every C file of src/ is in a layer that src/LAYERS names"
+	. (@misplaced ? "; not placed: @misplaced" : "") . (@empty ? "; no files: @empty" : ""));
 
 # the calls between files
 my (%calls, @upward);

@@ -34,9 +34,9 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
-#include "dlock.h"
+#include "sql/sql.h"
 #include "dlock_compat.h"
-#include "test_hooks.h"
+#include "base/test_hooks.h"
 
 PG_MODULE_MAGIC;
 
