@@ -29,28 +29,18 @@ TESTS=$SRC_DIR/monitoring/tests
 README=$SRC_DIR/monitoring/README.md
 OPERATIONS=$SRC_DIR/docs/operations.md
 
-n=0
 passed=0
 failed=0
+. "$SRC_DIR/scripts/tap.sh"
 
 say() { printf '==> %s\n' "$*"; }
 
-# report OK DESCRIPTION: one TAP-style line per check
-report() {
-    n=$((n + 1))
-    if [ "$1" = ok ]; then
-        echo "ok $n - $2"
-        passed=$((passed + 1))
-    else
-        echo "not ok $n - $2"
-        failed=$((failed + 1))
-    fi
-}
+# report ok|fail DESCRIPTION: one TAP line per check (scripts/tap.sh counts)
+report() { tap_report "$@"; }
 
 # finish: the summary line and the exit status
 finish() {
-    echo "$passed passed, $failed failed"
-    [ "$failed" -eq 0 ]
+    tap_summary
     exit
 }
 

@@ -24,21 +24,11 @@ fi
 
 README=$SRC_DIR/README.md
 MAX_BYTES=40000
-n=0
 passed=0
 failed=0
 
-# report OK DESCRIPTION: one TAP-style line per check
-report() {
-    n=$((n + 1))
-    if [ "$1" = ok ]; then
-        echo "ok $n - $2"
-        passed=$((passed + 1))
-    else
-        echo "not ok $n - $2"
-        failed=$((failed + 1))
-    fi
-}
+# report ok|fail DESCRIPTION: one TAP line per check (scripts/tap.sh counts)
+report() { tap_report "$@"; }
 
 # 1. Size
 bytes=$(wc -c <"$README")
@@ -159,5 +149,4 @@ else
     report fail "README.md's package install lines use sudo: $sudo_lines"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+tap_summary

@@ -13,17 +13,18 @@
 #                                        for it alone (see in_chroot)
 #   scripts/chroot.sh remove DIR         delete a chroot (nothing mounted)
 #
-# PostgreSQL 14 and 16 are in no Debian release: there is no chroot for them.
+# The release of each major is in .ci/majors (PostgreSQL 14 and 16 are in
+# no Debian release: there is no chroot for them).
 set -euo pipefail
 
+MAJORS=${DLOCK_MAJORS:-$(dirname "$0")/../.ci/majors}
+
+# suite_of MAJOR: its Debian release, from the table of majors
 suite_of() {
-    case $1 in
-        13) echo bullseye ;;
-        15) echo bookworm ;;
-        17) echo trixie ;;
-        18) echo sid ;;
-        *) echo "no Debian release has PostgreSQL $1" >&2; return 1 ;;
-    esac
+    local suite
+    suite=$(awk -v m="$1" '!/^[[:space:]]*(#|$)/ && $1 == m { print $2 }' "$MAJORS")
+    [ -n "$suite" ] || { echo "$MAJORS lists no PostgreSQL $1" >&2; return 1; }
+    echo "$suite"
 }
 
 # packages MAJOR: the server and headers, the package build's tools, and
@@ -130,7 +131,7 @@ case $cmd in
         rm -rf --one-file-system "$dir"
         ;;
     *)
-        sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
+        sed -n '2,17s/^# \{0,1\}//p' "$0" >&2
         exit 2
         ;;
 esac

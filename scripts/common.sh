@@ -1,12 +1,14 @@
+# shellcheck shell=bash
 # Shared set-up for `make test`, `make demo`, the benchmarks and the tests
 # on other majors: sourced, not run.
 #
 # Installs the Debian packages dlock needs when they are missing, builds and
 # installs the extension, picks the unprivileged user that runs the
 # throwaway clusters (initdb refuses to run as root), and runs one suite of
-# installcheck and counts its results (run_suite).
+# installcheck and counts its results (run_suite, with scripts/tap.sh).
 
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/tap.sh"
 
 PG_MAJOR=${PG_MAJOR:-15}
 PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/$PG_MAJOR/bin}
@@ -123,9 +125,11 @@ stop_cluster() {
 
 # run_suite TITLE MAKE-ARGS...: one part of installcheck of the copy of the
 # tree in $WORK/src (scripts/test.sh, scripts/test-major.sh), its results
-# shown and added to passed and failed; SUITE_PREFIX starts its title
+# shown and added to passed and failed (tap_count: pg_regress's "test name
+# ... ok" up to 15, "ok 1 - name" from 16 on, prove -v's "ok N - ...");
+# SUITE_PREFIX starts its title
 run_suite() {
-    local title=$1 out rc ok bad f
+    local title=$1 out rc f failed_before=$failed
     shift
     say "${SUITE_PREFIX:-}$title"
     out=$WORK/$title.out
@@ -134,19 +138,14 @@ run_suite() {
     as_run_user make -C "$WORK/src" PG_CONFIG="$PG_CONFIG" "$@" >"$out" 2>&1
     rc=$?
     set -e
-    # pg_regress: "test name ... ok" (up to 15) or "ok 1 - name" (16 on);
-    # prove -v: "ok N - description" / "not ok N - description"
-    ok=$(grep -cE '\.\.\. ok|^ok [0-9]+ ' "$out" || true)
-    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || true)
-    sed -nE '/\.\.\. (ok|FAILED)|^(not )?ok [0-9]+ /p' "$out"
-    [ "$bad" -eq 0 ] || awk '/^not ok [0-9]+ / { n = 20 } n > 0 && /^#/ { print; n-- }' "$out" | head -n 60
-    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
-        bad=1
-        tail -n 30 "$out"
+    tap_results "$out"
+    tap_count "$rc" "$out"
+    if [ "$failed" -gt "$failed_before" ]; then
+        awk '/^not ok [0-9]+ / { n = 20 } n > 0 && /^#/ { print; n-- }' "$out" | head -n 60
+        # a failure with no failed test to show: the end of what make said
+        grep -qE '\.\.\. FAILED|^not ok [0-9]+ ' "$out" || tail -n 30 "$out"
     fi
     for f in regression.diffs output_iso/regression.diffs; do
         [ ! -s "$WORK/src/$f" ] || head -n 200 "$WORK/src/$f"
     done
-    passed=$((passed + ok))
-    failed=$((failed + bad))
 }

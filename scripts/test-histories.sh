@@ -21,5 +21,4 @@ say "histories from seed $seed"
 run_suite histories installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v \
     PROVE_TESTS=test/t/022_token_explorer.pl DLOCK_HISTORY_SEED="$seed" \
     DLOCK_HISTORIES="${DLOCK_HISTORIES:-60}"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+tap_summary

@@ -24,40 +24,33 @@
 # regress-preloaded isolation isolation-preloaded isolation-test-build
 # isolation-test-build-preloaded tap (and assert).  The build, its
 # warnings, its exports and its layers (scripts/check-layers.sh) are
-# checked whatever it names.
+# checked whatever it names.  The same names are in the suites column of
+# .ci/majors, where .ci/run finds which of them to run on each major
+# (`scripts/test-major.sh --suites` lists them).
 #
 # Every instance is private (pg_regress --temp-instance, or a TAP node) and
 # is stopped by whoever started it.  Run as root or as the user that owns
 # the clusters.
 
+KNOWN_SUITES="regress regress-preloaded isolation isolation-preloaded isolation-test-build"
+KNOWN_SUITES="$KNOWN_SUITES isolation-test-build-preloaded tap assert"
+if [ "${1:-}" = --suites ]; then
+    echo "$KNOWN_SUITES"
+    exit 0
+fi
+
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-SUITES=" ${DLOCK_SUITES:-regress regress-preloaded isolation isolation-preloaded isolation-test-build isolation-test-build-preloaded tap} "
+SUITES=" ${DLOCK_SUITES:-${KNOWN_SUITES% assert}} "
 for suite in $SUITES; do
-    case $suite in
-        regress | regress-preloaded | isolation | isolation-preloaded | \
-            isolation-test-build | isolation-test-build-preloaded | tap | assert) ;;
-        *) echo "DLOCK_SUITES: no suite \"$suite\"" >&2; exit 2 ;;
-    esac
+    [[ " $KNOWN_SUITES " == *" $suite "* ]] ||
+        { echo "DLOCK_SUITES: no suite \"$suite\"" >&2; exit 2; }
 done
 
 WORK=$(make_work_dir)
 trap 'rm -rf "$WORK"' EXIT
 passed=0
 failed=0
-
-# count_check TITLE COMMAND...: one test
-count_check() {
-    local title=$1
-    shift
-    if "$@"; then
-        echo "ok - $title"
-        passed=$((passed + 1))
-    else
-        echo "not ok - $title"
-        failed=$((failed + 1))
-    fi
-}
 
 # build MAKE-ARGS...: build with the project's warnings and install
 build() {
@@ -80,18 +73,15 @@ tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.bc' --exclude='*.s
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/src"
 
 say "PostgreSQL $PG_MAJOR: building with -Wall -Wextra -Werror and installing"
-count_check "PostgreSQL $PG_MAJOR: dlock builds without warning and installs" build
-if [ "$failed" -gt 0 ]; then
-    echo "$passed passed, $failed failed"
-    exit 1
-fi
-count_check "PostgreSQL $PG_MAJOR: dlock.so exports only its entry points" \
+tap_check "PostgreSQL $PG_MAJOR: dlock builds without warning and installs" build
+[ "$failed" -eq 0 ] || { tap_summary || exit 1; }
+tap_check "PostgreSQL $PG_MAJOR: dlock.so exports only its entry points" \
     bash "$WORK/src/scripts/check-exports.sh" "$WORK/src/dlock.so"
 # quietly COMMAND...: its output only when it fails
 quietly() { local out; out=$("$@" 2>&1) || { printf '%s\n' "$out"; return 1; }; }
-count_check "PostgreSQL $PG_MAJOR: no call of src/ goes up a layer or in a circle (scripts/check-layers.sh)" \
+tap_check "PostgreSQL $PG_MAJOR: no call of src/ goes up a layer or in a circle (scripts/check-layers.sh)" \
     quietly bash "$WORK/src/scripts/check-layers.sh" "$WORK/src/src"
-count_check "PostgreSQL $PG_MAJOR: the layer check fails on a planted upward call and circle" \
+tap_check "PostgreSQL $PG_MAJOR: the layer check fails on a planted upward call and circle" \
     quietly bash "$WORK/src/scripts/check-layers.sh" --self-test
 
 # wanted SUITE: DLOCK_SUITES names it
@@ -104,7 +94,7 @@ wanted isolation-preloaded && run_suite isolation-preloaded installcheck REGRESS
 
 if wanted isolation-test-build || wanted isolation-test-build-preloaded; then
     say "PostgreSQL $PG_MAJOR: the test build (DLOCK_TEST_HOOKS=1)"
-    count_check "PostgreSQL $PG_MAJOR: the test build builds without warning and installs" \
+    tap_check "PostgreSQL $PG_MAJOR: the test build builds without warning and installs" \
         build DLOCK_TEST_HOOKS=1
     wanted isolation-test-build &&
         run_suite isolation-test-build installcheck REGRESS= TAP_TESTS= DLOCK_TEST_HOOKS=1
@@ -112,16 +102,16 @@ if wanted isolation-test-build || wanted isolation-test-build-preloaded; then
         run_suite isolation-test-build-preloaded installcheck REGRESS= TAP_TESTS= \
             DLOCK_TEST_HOOKS=1 PRELOADED=1
     # what is left installed, and what the TAP suite runs, is the normal build
-    count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
+    tap_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
 fi
 
 if wanted assert; then
     say "PostgreSQL $PG_MAJOR: the assert lane (-DUSE_ASSERT_CHECKING)"
-    count_check "PostgreSQL $PG_MAJOR: the assert build builds without warning and installs" \
+    tap_check "PostgreSQL $PG_MAJOR: the assert build builds without warning and installs" \
         assert_build
     run_suite regress-assert installcheck ISOLATION= TAP_TESTS=
     run_suite isolation-assert installcheck REGRESS= TAP_TESTS=
-    count_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
+    tap_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
 fi
 
 if wanted tap; then
@@ -139,5 +129,4 @@ if wanted tap; then
     fi
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+tap_summary

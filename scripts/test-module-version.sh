@@ -37,14 +37,8 @@ make -s -C "$B" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Wall -Wextra -Werror" >/dev/n
 
 passed=0
 failed=0
-n=0
-check() {
-    local title=$1
-    shift
-    n=$((n + 1))
-    if "$@"; then echo "ok $n - $title"; passed=$((passed + 1));
-    else echo "not ok $n - $title"; failed=$((failed + 1)); fi
-}
+# check TITLE COMMAND...: one TAP line per check (scripts/tap.sh counts)
+check() { tap_check "$@"; }
 
 start_cluster "${MODULE_VERSION_PORT:-54335}"
 cleanup() {
@@ -97,5 +91,4 @@ SELECT count(*) FROM dlock.try_acquire('version:old3', '1h', 'old');"
 check "reconnected, it runs module $next" grep -qx 1 "$WORK/old.out"
 exec {to_old}>&-
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+tap_summary

@@ -44,19 +44,17 @@ build_and_install
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
 # run_check TITLE SUMMARY-REGEX COMMAND...: a whole-program check that
-# counts as one test
+# counts as one test, by its exit status
 run_check() {
     local title=$1 summary=$2 out="$WORK/check.out"
     shift 2
     say "$title"
     if "$@" >"$out" 2>&1; then
         grep -E "$summary" "$out" || true
-        echo "ok - $title"
-        passed=$((passed + 1))
+        tap_report ok "$title"
     else
         tail -n 40 "$out"
-        echo "not ok - $title"
-        failed=$((failed + 1))
+        tap_report fail "$title"
     fi
 }
 
@@ -69,22 +67,16 @@ run_check "stress checker, fenced and control runs" \
     bash "$SRC_DIR/stress/run.sh"
 
 # run_counted TITLE COMMAND...: a script that prints its own "N passed, N
-# failed" last; those counts are added to the sums (a non-zero status with
-# no failure counted is one)
+# failed" last; those counts are added to the sums (tap_count)
 run_counted() {
-    local title=$1 out="$WORK/counted.out" rc sums=
+    local title=$1 out="$WORK/counted.out" rc
     shift
     say "$title"
     set +e
     "$@" 2>&1 | tee "$out"
     rc=${PIPESTATUS[0]}
     set -e
-    if sums=$(tail -n 1 "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$'); then
-        passed=$((passed + ${sums%% *}))
-        sums=${sums#*, }
-        failed=$((failed + ${sums%% *}))
-    fi
-    [ "$rc" -eq 0 ] || [ -n "$sums" ] || failed=$((failed + 1))
+    tap_count "$rc" "$out" summary
 }
 
 # The Prometheus alerting rules: promtool's checks and unit tests
@@ -104,5 +96,4 @@ run_counted "the SQL edition" bash "$SRC_DIR/scripts/test-sql-edition.sh"
 # pgbouncer: its own "N passed, N failed" line is added to the sums
 run_counted "drivers" bash "$SRC_DIR/test/drivers/run.sh"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+tap_summary
