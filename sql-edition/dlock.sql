@@ -1610,8 +1610,8 @@ BEGIN
   END IF;
   token := nextval('dlock.token_seq');
   IF token > 9007199254740991 OR token > dlock._clock_ticks(clock_timestamp()) + 3600::bigint * 4194304 THEN
-    IF current_setting('dlock.token_budget_warned', true) IS DISTINCT FROM 'on' THEN
-      PERFORM set_config('dlock.token_budget_warned', 'on', false);
+    IF current_setting('dlock_sql.token_budget_warned', true) IS DISTINCT FROM 'on' THEN
+      PERFORM set_config('dlock_sql.token_budget_warned', 'on', false);
       RAISE WARNING USING
         MESSAGE = format('dlock token %s is ahead of the server''s clock or past 2^53', token),
         DETAIL = format('Tokens follow the clock at 2^%s a second since 2026-01-01; the clock now is at %s.',
@@ -1628,8 +1628,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-  IF pg_catalog.current_setting('dlock.fence_cache', true) OPERATOR(pg_catalog.<>) '' THEN
-    PERFORM pg_catalog.set_config('dlock.fence_cache', '', true);
+  IF pg_catalog.current_setting('dlock_sql.fence_cache', true) OPERATOR(pg_catalog.<>) '' THEN
+    PERFORM pg_catalog.set_config('dlock_sql.fence_cache', '', true);
   END IF;
 END
 $$;
@@ -2310,8 +2310,8 @@ BEGIN
       l.token := t;
       l.expires_at := exp;
     END IF;
-    IF current_setting('dlock.fence_cache', true) <> '' THEN
-      PERFORM set_config('dlock.fence_cache', '', true);
+    IF current_setting('dlock_sql.fence_cache', true) <> '' THEN
+      PERFORM set_config('dlock_sql.fence_cache', '', true);
     END IF;
     RETURN NEXT l;
     RETURN;
@@ -2474,8 +2474,8 @@ BEGIN
       l.token := t;
       l.expires_at := exp;
     END IF;
-    IF current_setting('dlock.fence_cache', true) <> '' THEN
-      PERFORM set_config('dlock.fence_cache', '', true);
+    IF current_setting('dlock_sql.fence_cache', true) <> '' THEN
+      PERFORM set_config('dlock_sql.fence_cache', '', true);
     END IF;
     RETURN l;
   END;
@@ -2580,8 +2580,8 @@ BEGIN
     END;
     UPDATE dlock.lease_state ls SET ended_at = now, end_reason = 'released'
      WHERE ls.name = release.name AND ls.slot = 0;
-    IF current_setting('dlock.fence_cache', true) <> '' THEN
-      PERFORM set_config('dlock.fence_cache', '', true);
+    IF current_setting('dlock_sql.fence_cache', true) <> '' THEN
+      PERFORM set_config('dlock_sql.fence_cache', '', true);
     END IF;
     RETURN true;
   END;
@@ -2640,8 +2640,12 @@ COMMENT ON FUNCTION dlock.force_release(text) IS
 -- and without a SET clause, and so names every function, operator and type
 -- it uses by schema.  A true answer takes the token's pin, a
 -- transaction-level advisory lock held to the end of the transaction, and
--- is cached for the rest of it (dlock.fence_cache, a setting local to the
--- transaction, forgotten when this backend changes a lease).
+-- is cached for the rest of it (dlock_sql.fence_cache, a setting local to the
+-- transaction, forgotten when this backend changes a lease).  Its own
+-- settings are under the prefix dlock_sql, not dlock: a session that loaded
+-- the C edition's library (before a move between the editions) reserves
+-- dlock.* for that library's settings, and setting another one is an error
+-- there.
 --
 CREATE VIEW dlock._fence_rows AS
 SELECT s.name, s.token, s.slot, s.expires_at, s.ended_at, s.session_bound, s.holder_pid,
@@ -2666,7 +2670,7 @@ BEGIN
 
   h := dlock.name_key(name);
   k := pg_catalog.format(',%s/%s/%s,', token, h, 'dlock.lease_state'::pg_catalog.regclass::pg_catalog.oid);
-  cache := pg_catalog.current_setting('dlock.fence_cache', true);
+  cache := pg_catalog.current_setting('dlock_sql.fence_cache', true);
   IF cache IS NOT NULL AND pg_catalog.strpos(cache, k) OPERATOR(pg_catalog.>) 0 THEN
     RETURN true;
   END IF;
@@ -2702,7 +2706,7 @@ BEGIN
       MESSAGE = 'could not serialize access due to concurrent update',
       DETAIL = pg_catalog.format('Lease "%s" changed after this transaction took its snapshot.', name);
   END IF;
-  PERFORM pg_catalog.set_config('dlock.fence_cache', pg_catalog.concat(cache, k), true);
+  PERFORM pg_catalog.set_config('dlock_sql.fence_cache', pg_catalog.concat(cache, k), true);
   RETURN true;
 END
 $$;
@@ -3589,7 +3593,7 @@ REVOKE ALL ON FUNCTION dlock.lease_state_changed() FROM PUBLIC;
 CREATE TRIGGER lease_state_changed
   AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON dlock.lease_state
   FOR EACH STATEMENT
-  WHEN (pg_catalog.current_setting('dlock.fence_cache', true) OPERATOR(pg_catalog.<>) '')
+  WHEN (pg_catalog.current_setting('dlock_sql.fence_cache', true) OPERATOR(pg_catalog.<>) '')
   EXECUTE FUNCTION dlock.lease_state_changed();
 
 -- How full the pollers' places are: they need the C edition
