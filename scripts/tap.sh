@@ -39,13 +39,17 @@ tap_count() {
     local rc=$1 file=${2:-/dev/null} p f how
     # pg_regress "... ok" / "... FAILED"; TAP "ok N " / "not ok N " (a
     # line counts once for each pattern it matches, as grep -c would)
+    # A script that counts its own results ends with its tally; make may
+    # add its own "make: *** ... Error" lines after a failed one, which
+    # do not hide the tally
     read -r p f how < <(awk '
         /\.\.\. ok|^ok [0-9]+ / { ok++ }
         /\.\.\. FAILED|^not ok [0-9]+ / { bad++ }
-        NF { last = $0 }
+        /^[0-9]+ passed, [0-9]+ failed$/ { tally = $0; after = 0; next }
+        NF && !/^make(\[[0-9]+\])?: / { after++ }
         END {
-            if (last ~ /^[0-9]+ passed, [0-9]+ failed$/) {
-                split(last, w, " ")
+            if (tally != "" && after == 0) {
+                split(tally, w, " ")
                 print w[1] + 0, w[3] + 0, "summary"
             } else {
                 print ok + 0, bad + 0, (ok + bad > 0 ? "lines" : "none")

@@ -16,7 +16,7 @@ my $exporter = '/usr/bin/prometheus-postgres-exporter';
 plan skip_all => "$exporter is not installed (Debian package prometheus-postgres-exporter)"
   unless -x $exporter;
 
-my $queries = dirname(__FILE__) . '/../monitoring/prometheus-queries.yaml';
+my $queries = dirname(__FILE__) . '/../../monitoring/prometheus-queries.yaml';
 $queries = File::Spec->rel2abs($queries);
 ok(-r $queries, 'the queries file is there');
 
