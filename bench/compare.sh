@@ -117,14 +117,17 @@ psql_val() { run psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 
 mkdir -p "$WORK/bin" "$WORK/sql" "$WORK/logs"
 cp "$BENCH_DIR"/sql/*.sql "$BENCH_DIR/plpgsql_lease.sql" "$WORK/sql/"
-cc -O2 -Wall -Wextra -Werror -pthread -o "$WORK/bin/redis_lock" \
-    "$BENCH_DIR/redis_lock.c" -lhiredis -lm
+# each with the client library the test and bench programs share
+CLIENT_LIB=$SRC_DIR/test/lib/dlock_client.c
 cc -O2 -Wall -Wextra -Werror -pthread -I"$("$PG_CONFIG" --includedir)" \
-    -o "$WORK/bin/redis_pg_guarded" "$BENCH_DIR/redis_pg_guarded.c" \
-    -L"$("$PG_CONFIG" --libdir)" -lhiredis -lpq -lm
+    -o "$WORK/bin/redis_lock" "$BENCH_DIR/redis_lock.c" "$CLIENT_LIB" \
+    -L"$("$PG_CONFIG" --libdir)" -lhiredis -lpq
+cc -O2 -Wall -Wextra -Werror -pthread -I"$("$PG_CONFIG" --includedir)" \
+    -o "$WORK/bin/redis_pg_guarded" "$BENCH_DIR/redis_pg_guarded.c" "$CLIENT_LIB" \
+    -L"$("$PG_CONFIG" --libdir)" -lhiredis -lpq
 cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" \
-    -o "$WORK/bin/writer_wait" "$BENCH_DIR/writer_wait.c" \
-    -L"$("$PG_CONFIG" --libdir)" -lpq -lm
+    -o "$WORK/bin/writer_wait" "$BENCH_DIR/writer_wait.c" "$CLIENT_LIB" \
+    -L"$("$PG_CONFIG" --libdir)" -lpq
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/bin" "$WORK/sql" "$WORK/logs"
 
 start_redis "$WORK/redis" "$REDIS_PORT" || exit 1

@@ -30,37 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <libpq-fe.h>
 
+#include "../test/lib/dlock_client.h"
+
 #define NAME "bench:handoff"
-
-static void
-die(const char *what, PGconn *conn)
-{
-	fprintf(stderr, "handoff: %s: %s", what, conn ? PQerrorMessage(conn) : "\n");
-	exit(1);
-}
-
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
-}
-
-static PGconn *
-connect_or_die(const char *conninfo)
-{
-	PGconn	   *conn = PQconnectdb(conninfo);
-
-	if (PQstatus(conn) != CONNECTION_OK)
-		die("connect", conn);
-	return conn;
-}
 
 /* exec_one - run a query, return the first value (static buffer) */
 static const char *
@@ -69,11 +44,11 @@ exec_one(PGconn *conn, const char *sql)
 	static char value[256];
 	PGresult   *res = PQexec(conn, sql);
 
-	if (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)
-		die(sql, conn);
+	if (!dlc_result_ok(res))
+		dlc_die(sql, conn);
 	value[0] = '\0';
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0)
-		snprintf(value, sizeof(value), "%s", PQgetvalue(res, 0, 0));
+		dlc_copy_value(value, sizeof(value), res, 0, 0);
 	PQclear(res);
 	return value;
 }
@@ -86,7 +61,7 @@ send_acquire(PGconn *conn, int who)
 	snprintf(sql, sizeof(sql),
 			 "SELECT token FROM dlock.acquire('" NAME "', '1min', 'w%d')", who);
 	if (!PQsendQuery(conn, sql))
-		die("send acquire", conn);
+		dlc_die("send acquire", conn);
 }
 
 /* finish_query - collect the result of a sent query */
@@ -98,7 +73,7 @@ finish_query(PGconn *conn)
 	while ((res = PQgetResult(conn)) != NULL)
 	{
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-			die("acquire", conn);
+			dlc_die("acquire", conn);
 		PQclear(res);
 	}
 }
@@ -121,9 +96,7 @@ wait_sessions(PGconn *monitor, int n, const char *call, const char *wait_types)
 	{
 		if (strcmp(exec_one(monitor, sql), "t") == 0)
 			return;
-		struct timespec ts = {0, 200000};
-
-		nanosleep(&ts, NULL);
+		dlc_sleep_ms(0.2);
 	}
 }
 
@@ -134,43 +107,12 @@ wait_queued(PGconn *monitor, int n)
 	wait_sessions(monitor, n, "dlock.acquire(''" NAME "''", "'Lock', 'Extension'");
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double		x = *(const double *) a;
-	double		y = *(const double *) b;
-
-	return (x > y) - (x < y);
-}
-
-/* write_samples - the raw samples to the file HANDOFF_SAMPLES names, if any */
-static void
-write_samples(const double *samples, int n)
-{
-	const char *path = getenv("HANDOFF_SAMPLES");
-	FILE	   *f;
-
-	if (path == NULL || path[0] == '\0')
-		return;
-	if ((f = fopen(path, "w")) == NULL)
-	{
-		fprintf(stderr, "handoff: %s: %s\n", path, strerror(errno));
-		exit(1);
-	}
-	for (int i = 0; i < n; i++)
-		fprintf(f, "%.3f\n", samples[i]);
-	if (fclose(f) != 0)
-	{
-		fprintf(stderr, "handoff: %s: %s\n", path, strerror(errno));
-		exit(1);
-	}
-}
-
+/* report - the figures of n samples (and each to HANDOFF_SAMPLES's file) */
 static void
 report(double *samples, int n)
 {
-	write_samples(samples, n);
-	qsort(samples, n, sizeof(double), cmp_double);
+	dlc_write_samples(getenv("HANDOFF_SAMPLES"), samples, n);
+	dlc_sort(samples, n);
 	printf("%.3f %.3f %.3f %d\n",
 		   samples[n / 2], samples[(int) (n * 0.99)], samples[n - 1], n);
 }
@@ -178,14 +120,14 @@ report(double *samples, int n)
 static int
 bench_release(const char *conninfo, int waiters, int cycles)
 {
-	PGconn	   *monitor = connect_or_die(conninfo);
+	PGconn	   *monitor = dlc_connect_or_die(conninfo);
 	PGconn	  **conns = calloc(waiters + 1, sizeof(PGconn *));
 	struct pollfd *fds = calloc(waiters + 1, sizeof(struct pollfd));
 	double	   *samples = calloc(cycles, sizeof(double));
 	int			holder = 0;
 
 	for (int i = 0; i <= waiters; i++)
-		conns[i] = connect_or_die(conninfo);
+		conns[i] = dlc_connect_or_die(conninfo);
 	exec_one(monitor, "SELECT dlock.force_release('" NAME "')");
 	exec_one(conns[0], "SELECT token FROM dlock.acquire('" NAME "', '1min', 'w0')");
 	for (int i = 1; i <= waiters; i++)
@@ -200,8 +142,8 @@ bench_release(const char *conninfo, int waiters, int cycles)
 		wait_queued(monitor, waiters);
 		snprintf(sql, sizeof(sql), "SELECT dlock.release('" NAME "', 'w%d')", holder);
 		if (strcmp(exec_one(conns[holder], sql), "t") != 0)
-			die("release returned false", NULL);
-		released = now_ms();
+			dlc_die("release returned false", NULL);
+		released = dlc_mono_ms();
 
 		while (granted < 0)
 		{
@@ -214,18 +156,18 @@ bench_release(const char *conninfo, int waiters, int cycles)
 				n++;
 			}
 			if (poll(fds, n, 10000) < 0 && errno != EINTR)
-				die("poll", NULL);
+				dlc_die("poll", NULL);
 			for (int i = 0; i <= waiters && granted < 0; i++)
 			{
 				if (i == holder || !(fds[i].revents & POLLIN))
 					continue;
 				if (!PQconsumeInput(conns[i]))
-					die("consume", conns[i]);
+					dlc_die("consume", conns[i]);
 				if (!PQisBusy(conns[i]))
 					granted = i;
 			}
 		}
-		samples[c] = now_ms() - released;
+		samples[c] = dlc_mono_ms() - released;
 		finish_query(conns[granted]);
 		send_acquire(conns[holder], holder);
 		holder = granted;
@@ -236,16 +178,7 @@ bench_release(const char *conninfo, int waiters, int cycles)
 	for (int i = 0; i <= waiters; i++)
 	{
 		if (i != holder)
-		{
-			PGcancel   *cancel = PQgetCancel(conns[i]);
-			char		errbuf[256];
-			PGresult   *res;
-
-			PQcancel(cancel, errbuf, sizeof(errbuf));
-			PQfreeCancel(cancel);
-			while ((res = PQgetResult(conns[i])) != NULL)
-				PQclear(res);
-		}
+			dlc_cancel_and_drain(conns[i]);
 		PQfinish(conns[i]);
 	}
 	exec_one(monitor, "SELECT dlock.force_release('" NAME "')");
@@ -259,8 +192,8 @@ bench_release(const char *conninfo, int waiters, int cycles)
 static int
 bench_expiry(const char *conninfo, int cycles, int ttl_ms)
 {
-	PGconn	   *a = connect_or_die(conninfo);
-	PGconn	   *b = connect_or_die(conninfo);
+	PGconn	   *a = dlc_connect_or_die(conninfo);
+	PGconn	   *b = dlc_connect_or_die(conninfo);
 	double	   *samples = calloc(cycles, sizeof(double));
 	char		sql[512];
 
@@ -301,7 +234,7 @@ send_watch(PGconn *conn, const char *token)
 	if (!PQsendQueryParams(conn,
 						   "SELECT dlock.watch('" NAME "', $1::bigint, '1min')",
 						   1, NULL, params, NULL, NULL, 0))
-		die("send watch", conn);
+		dlc_die("send watch", conn);
 }
 
 /* wait_watching - until n sessions sleep in dlock.watch() */
@@ -314,8 +247,8 @@ wait_watching(PGconn *monitor, int n)
 static int
 bench_watch(const char *conninfo, int watchers, int cycles)
 {
-	PGconn	   *changer = connect_or_die(conninfo);
-	PGconn	   *monitor = connect_or_die(conninfo);
+	PGconn	   *changer = dlc_connect_or_die(conninfo);
+	PGconn	   *monitor = dlc_connect_or_die(conninfo);
 	PGconn	  **conns = calloc(watchers, sizeof(PGconn *));
 	struct pollfd *fds = calloc(watchers, sizeof(struct pollfd));
 	bool	   *woken = calloc(watchers, sizeof(bool));
@@ -327,7 +260,7 @@ bench_watch(const char *conninfo, int watchers, int cycles)
 	exec_one(changer, "SELECT dlock.force_release('" NAME "')");
 	for (int i = 0; i < watchers; i++)
 	{
-		conns[i] = connect_or_die(conninfo);
+		conns[i] = dlc_connect_or_die(conninfo);
 		send_watch(conns[i], token);
 	}
 
@@ -345,7 +278,7 @@ bench_watch(const char *conninfo, int watchers, int cycles)
 			exec_one(changer, "SELECT dlock.release('" NAME "', 'changer')");
 			token[0] = '\0';
 		}
-		changed = now_ms();
+		changed = dlc_mono_ms();
 
 		memset(woken, 0, sizeof(bool) * watchers);
 		while (left > 0)
@@ -356,18 +289,18 @@ bench_watch(const char *conninfo, int watchers, int cycles)
 				fds[i].events = woken[i] ? 0 : POLLIN;
 			}
 			if (poll(fds, watchers, 10000) <= 0 && errno != EINTR)
-				die("poll: a watcher was not woken within 10 s", NULL);
+				dlc_die("poll: a watcher was not woken within 10 s", NULL);
 			for (int i = 0; i < watchers; i++)
 			{
 				if (woken[i] || !(fds[i].revents & POLLIN))
 					continue;
 				if (!PQconsumeInput(conns[i]))
-					die("consume", conns[i]);
+					dlc_die("consume", conns[i]);
 				if (PQisBusy(conns[i]))
 					continue;
 				woken[i] = true;
 				left--;
-				samples[nsamples++] = last[c] = now_ms() - changed;
+				samples[nsamples++] = last[c] = dlc_mono_ms() - changed;
 				finish_query(conns[i]);
 			}
 		}
@@ -375,20 +308,13 @@ bench_watch(const char *conninfo, int watchers, int cycles)
 			send_watch(conns[i], token);
 	}
 	report(samples, nsamples);
-	qsort(last, cycles, sizeof(double), cmp_double);
+	dlc_sort(last, cycles);
 	printf("%.3f %.3f %.3f %d\n",
 		   last[cycles / 2], last[(int) (cycles * 0.99)], last[cycles - 1], cycles);
 
 	for (int i = 0; i < watchers; i++)
 	{
-		PGcancel   *cancel = PQgetCancel(conns[i]);
-		char		errbuf[256];
-		PGresult   *res;
-
-		PQcancel(cancel, errbuf, sizeof(errbuf));
-		PQfreeCancel(cancel);
-		while ((res = PQgetResult(conns[i])) != NULL)
-			PQclear(res);
+		dlc_cancel_and_drain(conns[i]);
 		PQfinish(conns[i]);
 	}
 	exec_one(changer, "SELECT dlock.force_release('" NAME "')");
@@ -400,6 +326,7 @@ bench_watch(const char *conninfo, int watchers, int cycles)
 int
 main(int argc, char **argv)
 {
+	dlc_progname = "handoff";
 	if (argc == 5 && strcmp(argv[1], "release") == 0)
 		return bench_release(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (argc == 5 && strcmp(argv[1], "expiry") == 0)

@@ -76,11 +76,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
+
+#include "../test/lib/dlock_client.h"
 
 #define MAX_BATCH 64
 
@@ -134,10 +135,6 @@ static const char *write_fenced_sql =
 static const char *write_etcd_sql =
 	WRITE_SQL("", ", fence_token = $2::bigint", " AND fence_token < $2::bigint");
 
-static const char *redis_release_script =
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then "
-	"return redis.call('DEL', KEYS[1]) end return 0";
-
 typedef struct Worker
 {
 	int			id;
@@ -157,15 +154,6 @@ static int	accounts;
 static int	batch = 10;
 static atomic_int next_account = 1;
 static const char *etcd_url;
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void
 die(Worker *w, const char *fmt,...)
@@ -232,7 +220,7 @@ pg_connect(Worker *w)
 			pg_prepare(w, "write_fenced", write_fenced_sql);
 			pg_prepare(w, "acquire",
 					   "SELECT token FROM dlock.acquire($1, '30s'::interval, $2, timeout => '10s'::interval)");
-			pg_prepare(w, "release", "SELECT dlock.release($1, $2)");
+			pg_prepare(w, "release", DLC_RELEASE_SQL);
 			pg_prepare(w, "acquire_all",
 					   "SELECT min(token), count(*) FROM dlock.acquire_all($1::text[], '30s'::interval, $2, timeout => '10s'::interval)");
 			pg_prepare(w, "release_all", "SELECT dlock.release_all($1::text[], $2)");
@@ -258,7 +246,7 @@ pg_value(Worker *w, const char *stmt, int nparams, const char *const *params,
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 		die(w, "%s: %s (%d rows)", stmt, PQerrorMessage(w->pg),
 			PQresultStatus(res) == PGRES_TUPLES_OK ? PQntuples(res) : -1);
-	snprintf(buf, len, "%s", PQgetvalue(res, 0, 0));
+	dlc_copy_value(buf, len, res, 0, 0);
 	PQclear(res);
 }
 
@@ -606,7 +594,7 @@ cycle(Worker *w, int first, int n, int write)
 				res = PQexec(w->pg, sql);
 				if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 					die(w, "BEGIN; acquire: %s", PQerrorMessage(w->pg));
-				snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
+				dlc_copy_value(token, sizeof(token), res, 0, 0);
 				PQclear(res);
 				if (write)
 					s[k++] = (Step) {"write_fenced", 2, {ids, token}, 'W', 0};
@@ -648,7 +636,7 @@ cycle(Worker *w, int first, int n, int write)
 				if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
 					atoi(PQgetvalue(res, 0, 1)) != n)
 					die(w, "acquire_all: %s", PQerrorMessage(w->pg));
-				snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
+				dlc_copy_value(token, sizeof(token), res, 0, 0);
 				PQclear(res);
 				if (write)
 				{
@@ -676,7 +664,7 @@ cycle(Worker *w, int first, int n, int write)
 				p[0] = ids;
 				pg_write(w, "write", 1, p, n);
 			}
-			reply = redisCommand(w->redis, "EVAL %s 1 %s %s", redis_release_script, name, value);
+			reply = redisCommand(w->redis, "EVAL %s 1 %s %s", DLC_REDIS_RELEASE_SCRIPT, name, value);
 			if (reply == NULL || reply->type != REDIS_REPLY_INTEGER || reply->integer != 1)
 				die(w, "release of %s: %s", name, reply ? "not deleted" : w->redis->errstr);
 			freeReplyObject(reply);
@@ -745,6 +733,7 @@ main(int argc, char **argv)
 	Worker	   *workers;
 	double		t0;
 
+	dlc_progname = "invoice";
 	if (argc != 5)
 	{
 		fprintf(stderr, "usage: invoice run METHOD WORKERS ACCOUNTS | invoice alone METHOD CYCLES ACCOUNTS\n");
@@ -786,13 +775,13 @@ main(int argc, char **argv)
 		workers = calloc(nworkers, sizeof(Worker));
 		for (int i = 0; i < nworkers; i++)
 			connect_worker(&workers[i], i);
-		t0 = now_s();
+		t0 = dlc_mono_s();
 		for (int i = 0; i < nworkers; i++)
 			if (pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]) != 0)
 				die(NULL, "cannot start a thread");
 		for (int i = 0; i < nworkers; i++)
 			pthread_join(workers[i].thread, NULL);
-		printf("%.3f\n", now_s() - t0);
+		printf("%.3f\n", dlc_mono_s() - t0);
 	}
 	else if (strcmp(argv[1], "alone") == 0)
 	{
@@ -809,10 +798,10 @@ main(int argc, char **argv)
 		connect_worker(&w, 0);
 		/* one cycle first, so that the first statements' planning is not timed */
 		cycle(&w, 1, step, 0);
-		t0 = now_s();
+		t0 = dlc_mono_s();
 		for (int i = 0; i < cycles; i++)
 			cycle(&w, 1 + (i * step) % (accounts - step + 1), step, 0);
-		printf("%.4f %d\n", (now_s() - t0) * 1000 / cycles, step);
+		printf("%.4f %d\n", (dlc_mono_s() - t0) * 1000 / cycles, step);
 	}
 	else
 	{

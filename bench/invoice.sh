@@ -117,7 +117,7 @@ psql_val() { run psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 
 mkdir -p "$WORK/bin"
 cc -O2 -Wall -Wextra -Werror -pthread -I"$("$PG_CONFIG" --includedir)" \
-    -o "$WORK/bin/invoice" "$BENCH_DIR/invoice.c" \
+    -o "$WORK/bin/invoice" "$BENCH_DIR/invoice.c" "$SRC_DIR/test/lib/dlock_client.c" \
     -L"$("$PG_CONFIG" --libdir)" -lpq -lhiredis -lcurl
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/bin"
 invoice() {

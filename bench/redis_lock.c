@@ -40,19 +40,14 @@
  *	Prints one line: "ops_per_s mean_ms p99_ms misses", where ops counts the
  *	completed cycles plus, with PAUSE_MS = 0, the cycles that did no work.
  */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <hiredis/hiredis.h>
 
-/* The release: compare-and-delete, atomic because Redis runs a script alone */
-static const char *release_script =
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then "
-	"return redis.call('DEL', KEYS[1]) end return 0";
+#include "../test/lib/dlock_client.h"
 
 /*
  * A permit's acquire: ARGV = the client's time now (ms), PERMITS, the ttl
@@ -71,9 +66,7 @@ typedef struct Client
 	pthread_t	thread;
 	redisContext *conn;
 	unsigned int seed;
-	double	   *latency_us;		/* one per completed cycle */
-	long		n_latency;
-	long		cap_latency;
+	DlcSamples	latency_us;		/* one per completed cycle */
 	long		nowork;			/* cycles that ended with a refused acquire */
 	long		polls;			/* refused attempts while polling */
 	int			failed;
@@ -90,20 +83,14 @@ static pthread_barrier_t start_line;
 static double
 now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+	return dlc_mono_ms() * 1000.0;
 }
 
 /* wall_ms - the client's wall clock, which the semaphore's scores use */
 static long long
 wall_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+	return (long long) (dlc_wall_s() * 1000);
 }
 
 /* try_grant - one acquire attempt: 1 granted, 0 refused, -1 error */
@@ -146,22 +133,6 @@ try_grant(Client *c, const char *key, const char *value)
 	return granted;
 }
 
-static void
-record(Client *c, double us)
-{
-	if (c->n_latency == c->cap_latency)
-	{
-		c->cap_latency = c->cap_latency ? c->cap_latency * 2 : 65536;
-		c->latency_us = realloc(c->latency_us, c->cap_latency * sizeof(double));
-		if (c->latency_us == NULL)
-		{
-			fprintf(stderr, "redis_lock: out of memory\n");
-			exit(1);
-		}
-	}
-	c->latency_us[c->n_latency++] = us;
-}
-
 /* run_cycle - one acquire (polling if asked) and release; false on error */
 static int
 run_cycle(Client *c, unsigned long serial)
@@ -173,7 +144,7 @@ run_cycle(Client *c, unsigned long serial)
 	int			granted = 0;
 
 	snprintf(key, sizeof(key), "%s%d", permits ? "sem" : "k",
-			 1 + (int) (rand_r(&c->seed) % (unsigned) names));
+			 dlc_pick_r(&c->seed, names));
 	snprintf(value, sizeof(value), "client-%d-%lu", c->id, serial);
 
 	for (;;)
@@ -192,13 +163,11 @@ run_cycle(Client *c, unsigned long serial)
 		/* A poll that would end after the deadline is not started */
 		if (now_us() + pause_ms * 1000.0 >= deadline_us)
 			return 1;
-		struct timespec pause = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
-
-		nanosleep(&pause, NULL);
+		dlc_sleep_ms(pause_ms);
 	}
 
 	if (permits == 0)
-		reply = redisCommand(c->conn, "EVAL %s 1 %s %s", release_script, key, value);
+		reply = redisCommand(c->conn, "EVAL %s 1 %s %s", DLC_REDIS_RELEASE_SCRIPT, key, value);
 	else
 		reply = redisCommand(c->conn, "ZREM %s %s", key, value);
 	if (reply == NULL)
@@ -211,7 +180,7 @@ run_cycle(Client *c, unsigned long serial)
 		return 0;
 	}
 	freeReplyObject(reply);
-	record(c, now_us() - start);
+	dlc_samples_add(&c->latency_us, now_us() - start);
 	return 1;
 }
 
@@ -235,15 +204,6 @@ client_main(void *arg)
 	return NULL;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double		x = *(const double *) a;
-	double		y = *(const double *) b;
-
-	return (x > y) - (x < y);
-}
-
 int
 main(int argc, char **argv)
 {
@@ -252,14 +212,14 @@ main(int argc, char **argv)
 	Client	   *clients;
 	double		started;
 	double		elapsed_s;
+	double		mean;
 	long		total = 0;
 	long		nowork = 0;
 	long		polls = 0;
-	double		sum = 0;
-	double	   *all;
-	long		n = 0;
+	DlcSamples	all = {0};
 	int			failed = 0;
 
+	dlc_progname = "redis_lock";
 	if (argc != 7 && argc != 8)
 	{
 		fprintf(stderr, "usage: redis_lock HOST PORT CLIENTS SECONDS NAMES PAUSE_MS [PERMITS]\n");
@@ -310,7 +270,7 @@ main(int argc, char **argv)
 
 	for (int i = 0; i < nclients; i++)
 	{
-		total += clients[i].n_latency;
+		total += clients[i].latency_us.n;
 		nowork += clients[i].nowork;
 		polls += clients[i].polls;
 		failed |= clients[i].failed;
@@ -320,25 +280,19 @@ main(int argc, char **argv)
 		fprintf(stderr, "redis_lock: %s\n", failed ? "a client failed" : "no cycle completed");
 		return 1;
 	}
-	all = malloc(total * sizeof(double));
 	for (int i = 0; i < nclients; i++)
 	{
-		memcpy(all + n, clients[i].latency_us, clients[i].n_latency * sizeof(double));
-		n += clients[i].n_latency;
+		dlc_samples_append(&all, &clients[i].latency_us);
 		redisFree(clients[i].conn);
-		free(clients[i].latency_us);
+		free(clients[i].latency_us.v);
 	}
-	for (long i = 0; i < total; i++)
-		sum += all[i];
-	qsort(all, total, sizeof(double), cmp_double);
-
-	/* p99: the smallest latency that at least 99% of the cycles do not exceed */
-	long		p99 = (long) ceil(0.99 * total) - 1;
+	mean = dlc_mean(all.v, all.n);
+	dlc_sort(all.v, all.n);
 
 	printf("%.1f %.3f %.3f %ld\n",
-		   (total + nowork) / elapsed_s, sum / total / 1000.0, all[p99] / 1000.0,
+		   (total + nowork) / elapsed_s, mean / 1000.0, dlc_rank(all.v, all.n, 0.99) / 1000.0,
 		   pause_ms == 0 ? nowork : polls);
-	free(all);
+	free(all.v);
 	free(clients);
 	return 0;
 }

@@ -24,19 +24,15 @@
  *	Prints one line: "ops_per_s mean_ms p99_ms misses", where ops counts the
  *	completed cycles plus the cycles that did no work.
  */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
-static const char *release_script =
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then "
-	"return redis.call('DEL', KEYS[1]) end return 0";
+#include "../test/lib/dlock_client.h"
 
 typedef struct Client
 {
@@ -45,9 +41,7 @@ typedef struct Client
 	redisContext *redis;
 	PGconn	   *pg;
 	unsigned int seed;
-	double	   *latency_us;
-	long		n_latency;
-	long		cap_latency;
+	DlcSamples	latency_us;
 	long		nowork;
 	char		error[256];
 } Client;
@@ -59,26 +53,7 @@ static pthread_barrier_t start_line;
 static double
 now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static void
-record(Client *c, double us)
-{
-	if (c->n_latency == c->cap_latency)
-	{
-		c->cap_latency = c->cap_latency ? c->cap_latency * 2 : 65536;
-		c->latency_us = realloc(c->latency_us, c->cap_latency * sizeof(double));
-		if (c->latency_us == NULL)
-		{
-			fprintf(stderr, "redis_pg_guarded: out of memory\n");
-			exit(1);
-		}
-	}
-	c->latency_us[c->n_latency++] = us;
+	return dlc_mono_ms() * 1000.0;
 }
 
 /* run_cycle - one acquire, write and release; false on error (in c->error) */
@@ -94,7 +69,7 @@ run_cycle(Client *c, unsigned long serial)
 	PGresult   *res;
 	int			ok;
 
-	int			n = 1 + (int) (rand_r(&c->seed) % (unsigned) names);
+	int			n = dlc_pick_r(&c->seed, names);
 
 	snprintf(key, sizeof(key), "k%d", n);
 	snprintf(id, sizeof(id), "%d", n);
@@ -128,7 +103,7 @@ run_cycle(Client *c, unsigned long serial)
 	if (!ok)
 		return 0;
 
-	reply = redisCommand(c->redis, "EVAL %s 1 %s %s", release_script, key, value);
+	reply = redisCommand(c->redis, "EVAL %s 1 %s %s", DLC_REDIS_RELEASE_SCRIPT, key, value);
 	if (reply == NULL)
 	{
 		snprintf(c->error, sizeof(c->error), "EVAL: %s", c->redis->errstr);
@@ -142,7 +117,7 @@ run_cycle(Client *c, unsigned long serial)
 		snprintf(c->error, sizeof(c->error), "release of %s did not delete it", key);
 		return 0;
 	}
-	record(c, now_us() - start);
+	dlc_samples_add(&c->latency_us, now_us() - start);
 	return 1;
 }
 
@@ -161,15 +136,6 @@ client_main(void *arg)
 	return NULL;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double		x = *(const double *) a;
-	double		y = *(const double *) b;
-
-	return (x > y) - (x < y);
-}
-
 int
 main(int argc, char **argv)
 {
@@ -181,13 +147,13 @@ main(int argc, char **argv)
 	Client	   *clients;
 	double		started;
 	double		elapsed_s;
+	double		mean;
 	long		total = 0;
 	long		nowork = 0;
-	double		sum = 0;
-	double	   *all;
-	long		n = 0;
+	DlcSamples	all = {0};
 	int			failed = 0;
 
+	dlc_progname = "redis_pg_guarded";
 	if (argc != 7)
 	{
 		fprintf(stderr, "usage: redis_pg_guarded HOST PORT CLIENTS SECONDS NAMES CONNINFO\n");
@@ -254,7 +220,7 @@ main(int argc, char **argv)
 
 	for (int i = 0; i < nclients; i++)
 	{
-		total += clients[i].n_latency;
+		total += clients[i].latency_us.n;
 		nowork += clients[i].nowork;
 		if (clients[i].error[0])
 		{
@@ -268,25 +234,19 @@ main(int argc, char **argv)
 			fprintf(stderr, "redis_pg_guarded: no cycle completed\n");
 		return 1;
 	}
-	all = malloc(total * sizeof(double));
 	for (int i = 0; i < nclients; i++)
 	{
-		memcpy(all + n, clients[i].latency_us, clients[i].n_latency * sizeof(double));
-		n += clients[i].n_latency;
+		dlc_samples_append(&all, &clients[i].latency_us);
 		redisFree(clients[i].redis);
 		PQfinish(clients[i].pg);
-		free(clients[i].latency_us);
+		free(clients[i].latency_us.v);
 	}
-	for (long i = 0; i < total; i++)
-		sum += all[i];
-	qsort(all, total, sizeof(double), cmp_double);
-
-	/* p99: the smallest latency that at least 99% of the cycles do not exceed */
-	long		p99 = (long) ceil(0.99 * total) - 1;
+	mean = dlc_mean(all.v, all.n);
+	dlc_sort(all.v, all.n);
 
 	printf("%.1f %.3f %.3f %ld\n",
-		   (total + nowork) / elapsed_s, sum / total / 1000.0, all[p99] / 1000.0, nowork);
-	free(all);
+		   (total + nowork) / elapsed_s, mean / 1000.0, dlc_rank(all.v, all.n, 0.99) / 1000.0, nowork);
+	free(all.v);
 	free(clients);
 	return 0;
 }

@@ -33,7 +33,7 @@ start_cluster 54330 max_connections=120
 BIN=$WORK/bin
 mkdir -p "$BIN"
 cc -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" -o "$BIN/handoff" \
-    "$SRC_DIR/bench/handoff.c" -L"$("$PG_CONFIG" --libdir)" -lpq
+    "$SRC_DIR/bench/handoff.c" "$SRC_DIR/test/lib/dlock_client.c" -L"$("$PG_CONFIG" --libdir)" -lpq
 cp "$SRC_DIR"/bench/*.sql "$BIN/"
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$BIN"
 

@@ -27,43 +27,13 @@
  *	WRITER_SAMPLES=FILE in the environment, also writes every sample to FILE,
  *	in milliseconds, one a line, in the order they were taken.
  */
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <libpq-fe.h>
 
-static void
-die(const char *what, PGconn *conn)
-{
-	fprintf(stderr, "writer_wait: %s: %s", what, conn ? PQerrorMessage(conn) : "\n");
-	exit(1);
-}
-
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
-}
-
-static void
-sleep_ms(double ms)
-{
-	struct timespec ts;
-
-	if (ms <= 0)
-		return;
-	ts.tv_sec = (time_t) (ms / 1000);
-	ts.tv_nsec = (long) ((ms - ts.tv_sec * 1000.0) * 1e6);
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
+#include "../test/lib/dlock_client.h"
 
 typedef enum
 {
@@ -77,59 +47,16 @@ static Attempt
 attempt(PGconn *conn, const char *sql)
 {
 	PGresult   *res = PQexec(conn, sql);
-	const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 	Attempt		result;
 
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		result = PQgetisnull(res, 0, 0) ? REFUSED : GRANTED;
-	else if (PQresultStatus(res) == PGRES_FATAL_ERROR && sqlstate != NULL &&
-			 strcmp(sqlstate, "55P03") == 0)
+	else if (PQresultStatus(res) == PGRES_FATAL_ERROR && dlc_has_sqlstate(res, "55P03"))
 		result = TIMED_OUT;
 	else
-		die(sql, conn);
+		dlc_die(sql, conn);
 	PQclear(res);
 	return result;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double		x = *(const double *) a;
-	double		y = *(const double *) b;
-
-	return (x > y) - (x < y);
-}
-
-/* write_samples - the raw samples to the file WRITER_SAMPLES names, if any */
-static void
-write_samples(const double *samples, long n)
-{
-	const char *path = getenv("WRITER_SAMPLES");
-	FILE	   *f;
-
-	if (path == NULL || path[0] == '\0')
-		return;
-	if ((f = fopen(path, "w")) == NULL)
-	{
-		fprintf(stderr, "writer_wait: %s: %s\n", path, strerror(errno));
-		exit(1);
-	}
-	for (long i = 0; i < n; i++)
-		fprintf(f, "%.3f\n", samples[i]);
-	if (fclose(f) != 0)
-	{
-		fprintf(stderr, "writer_wait: %s: %s\n", path, strerror(errno));
-		exit(1);
-	}
-}
-
-/* rank - the smallest sample that at least share of them do not exceed */
-static double
-rank(const double *sorted, long n, double share)
-{
-	long		i = (long) ceil(share * n) - 1;
-
-	return sorted[i < 0 ? 0 : i];
 }
 
 int
@@ -144,13 +71,12 @@ main(int argc, char **argv)
 	const char *acquire;
 	const char *release;
 	PGconn	   *conn;
-	double	   *samples = NULL;
-	long		n = 0,
-				cap = 0,
-				grants = 0,
+	DlcSamples	samples = {0};
+	long		grants = 0,
 				timeouts = 0;
 	double		deadline;
 
+	dlc_progname = "writer_wait";
 	if (argc != 9)
 	{
 		fprintf(stderr, "usage: writer_wait DELAY_MS SECONDS TIMEOUT_MS HOLD_MS PAUSE_MS POLL_MS ACQUIRE RELEASE\n");
@@ -171,65 +97,53 @@ main(int argc, char **argv)
 		return 64;
 	}
 
-	conn = PQconnectdb("");
-	if (PQstatus(conn) != CONNECTION_OK)
-		die("connect", conn);
-	sleep_ms(delay_ms);
-	deadline = now_ms() + seconds * 1000.0;
+	conn = dlc_connect_or_die("");
+	dlc_sleep_ms(delay_ms);
+	deadline = dlc_mono_ms() + seconds * 1000.0;
 
-	while (now_ms() < deadline)
+	while (dlc_mono_ms() < deadline)
 	{
-		double		start = now_ms();
+		double		start = dlc_mono_ms();
 		Attempt		a;
 
 		while ((a = attempt(conn, acquire)) == REFUSED)
 		{
 			/* A poll that would end after the timeout is not started */
-			if (poll_ms == 0 || now_ms() + poll_ms - start >= timeout_ms)
+			if (poll_ms == 0 || dlc_mono_ms() + poll_ms - start >= timeout_ms)
 			{
 				a = TIMED_OUT;
 				break;
 			}
-			sleep_ms(poll_ms);
+			dlc_sleep_ms(poll_ms);
 		}
-		if (n == cap)
-		{
-			cap = cap ? cap * 2 : 4096;
-			samples = realloc(samples, cap * sizeof(double));
-			if (samples == NULL)
-			{
-				fprintf(stderr, "writer_wait: out of memory\n");
-				return 1;
-			}
-		}
-		samples[n++] = now_ms() - start;
+		dlc_samples_add(&samples, dlc_mono_ms() - start);
 		if (a == GRANTED)
 		{
 			PGresult   *res;
 
 			grants++;
-			sleep_ms(hold_ms);
+			dlc_sleep_ms(hold_ms);
 			res = PQexec(conn, release);
 			if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
 				strcmp(PQgetvalue(res, 0, 0), "t") != 0)
-				die("release did not return true", PQresultStatus(res) == PGRES_TUPLES_OK ? NULL : conn);
+				dlc_die("release did not return true", PQresultStatus(res) == PGRES_TUPLES_OK ? NULL : conn);
 			PQclear(res);
 		}
 		else
 			timeouts++;
-		sleep_ms(pause_ms);
+		dlc_sleep_ms(pause_ms);
 	}
 	PQfinish(conn);
-	if (n == 0)
+	if (samples.n == 0)
 	{
 		fprintf(stderr, "writer_wait: no attempt made\n");
 		return 1;
 	}
 
-	write_samples(samples, n);
-	qsort(samples, n, sizeof(double), cmp_double);
-	printf("%.3f %.3f %.3f %ld %ld\n", rank(samples, n, 0.5), rank(samples, n, 0.99),
-		   samples[n - 1], grants, timeouts);
-	free(samples);
+	dlc_write_samples(getenv("WRITER_SAMPLES"), samples.v, samples.n);
+	dlc_sort(samples.v, samples.n);
+	printf("%.3f %.3f %.3f %ld %ld\n", dlc_rank(samples.v, samples.n, 0.5),
+		   dlc_rank(samples.v, samples.n, 0.99), samples.v[samples.n - 1], grants, timeouts);
+	free(samples.v);
 	return 0;
 }

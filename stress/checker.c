@@ -233,15 +233,6 @@ chance(int percent)
 	return (int) (rng_next() % 100) < percent;
 }
 
-double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
-}
-
 /*
  * Sleep until an absolute CLOCK_MONOTONIC time.  An absolute deadline makes
  * EINTR (and SIGSTOP/SIGCONT, which may interrupt a sleep) harmless: we just
@@ -281,29 +272,14 @@ element_of(int w, long seq)
 	return seq * n_workers + w + 1;
 }
 
-int
-has_sqlstate(const PGresult *res, const char *code)
-{
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-	return state != NULL && strcmp(state, code) == 0;
-}
-
 /* ---------- worker side ---------- */
 
 static void
 note_error(struct worker_stats *st, const char *what, const char *msg)
 {
-	size_t		len;
-
 	st->errors++;
-	if (st->first_error[0] != '\0')
-		return;
-	snprintf(st->first_error, sizeof(st->first_error), "%s: %s", what,
-			 msg ? msg : "(no message)");
-	len = strlen(st->first_error);
-	while (len > 0 && st->first_error[len - 1] == '\n')
-		st->first_error[--len] = '\0';
+	if (st->first_error[0] == '\0')
+		dlc_message(st->first_error, sizeof(st->first_error), what, msg);
 }
 
 /* leave a failed or refused transaction; 0 if the connection is gone */
@@ -444,7 +420,7 @@ write_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	}
 
 	/* the classic hazard: time passes between the read and the write */
-	sleep_until(now_ms() + think_ms);
+	sleep_until(dlc_mono_ms() + think_ms);
 
 	params[0] = read_value;
 	params[1] = elem;
@@ -514,7 +490,7 @@ append_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	PQclear(res);
 
 	/* the transaction is open and the permit may run out meanwhile */
-	sleep_until(now_ms() + think_ms);
+	sleep_until(dlc_mono_ms() + think_ms);
 
 	params[0] = elem;
 	params[1] = token;
@@ -525,7 +501,7 @@ append_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 		return;
 
 	enter_writers();
-	sleep_until(now_ms() + work_ms);
+	sleep_until(dlc_mono_ms() + work_ms);
 	leave_writers();
 
 	commit_write(conn, st, status);
@@ -538,14 +514,12 @@ worker_main(int w, double deadline)
 	struct worker_stats *st = &stats[w];
 	char		owner[32];
 	char		appname[40];
-	const char *keys[] = {"application_name", NULL};
-	const char *vals[] = {appname, NULL};
 	PGconn	   *conn;
 	int			rc = 0;
 
 	snprintf(owner, sizeof(owner), "stress-w%d", w);
 	snprintf(appname, sizeof(appname), "dlock-stress-w%d", w);
-	conn = PQconnectdbParams(keys, vals, 0);
+	conn = dlc_connect_as(appname);
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
 		note_error(st, "connect", PQerrorMessage(conn));
@@ -555,7 +529,7 @@ worker_main(int w, double deadline)
 
 	for (;;)
 	{
-		double		left = deadline - now_ms();
+		double		left = deadline - dlc_mono_ms();
 		char		ttl_txt[32];
 		char		timeout_txt[32];
 		char		token[32];
@@ -603,7 +577,7 @@ worker_main(int w, double deadline)
 							   4, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		{
-			if (has_sqlstate(res, "55P03"))
+			if (dlc_has_sqlstate(res, "55P03"))
 				st->timeouts++;
 			else
 				note_error(st, "acquire", PQerrorMessage(conn));
@@ -623,7 +597,7 @@ worker_main(int w, double deadline)
 		}
 		snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
 		PQclear(res);
-		granted_at = now_ms();
+		granted_at = dlc_mono_ms();
 		iv = &held[(long) w * cap + st->granted];
 		st->granted++;
 
@@ -669,7 +643,7 @@ worker_main(int w, double deadline)
 		}
 
 		iv->from = granted_at;
-		iv->to = now_ms();
+		iv->to = dlc_mono_ms();
 		st->n_held++;
 
 		params[1] = owner;
@@ -879,7 +853,7 @@ connect_parent(void)
 
 	if (!settings_are_local())
 		return NULL;
-	conn = PQconnectdb("application_name=dlock-stress");
+	conn = dlc_connect_as("dlock-stress");
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
 		fprintf(stderr, "checker: connect: %s", PQerrorMessage(conn));
@@ -1014,7 +988,7 @@ pause_workers(double deadline, long *pauses)
 {
 	for (;;)
 	{
-		double		next = now_ms() + rand_between(150, 600);
+		double		next = dlc_mono_ms() + rand_between(150, 600);
 		int			alive[MAX_WORKERS];
 		int			n_alive = 0;
 		int			victim;
@@ -1036,7 +1010,7 @@ pause_workers(double deadline, long *pauses)
 			continue;
 		stopped_child = children[victim];
 		(*pauses)++;
-		sleep_until(now_ms() + rand_between(TTL_MAX_MS + 50, TTL_MAX_MS + 400));
+		sleep_until(dlc_mono_ms() + rand_between(TTL_MAX_MS + 50, TTL_MAX_MS + 400));
 		resume_stopped();
 		if (interrupted)
 			return 0;
@@ -1059,9 +1033,9 @@ wait_children(double until)
 			reap(i, 0);
 			left += !reaped[i];
 		}
-		if (left == 0 || interrupted || now_ms() > until)
+		if (left == 0 || interrupted || dlc_mono_ms() > until)
 			break;
-		sleep_until(now_ms() + 20);
+		sleep_until(dlc_mono_ms() + 20);
 	}
 	for (int i = 0; i < n_children; i++)
 	{
@@ -1294,14 +1268,9 @@ verify(struct verdict *v)
 static void
 catch_signals(void)
 {
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	dlc_catch_signal(SIGINT, on_signal);
+	dlc_catch_signal(SIGTERM, on_signal);
+	dlc_catch_signal(SIGHUP, on_signal);
 }
 
 int
@@ -1363,7 +1332,7 @@ worker_exited_cleanly(int w)
 static int
 run_schedule(long *pauses)
 {
-	double		deadline = now_ms() + run_seconds * 1000.0;
+	double		deadline = dlc_mono_ms() + run_seconds * 1000.0;
 	int			clean;
 
 	stats = map_shared(sizeof(struct worker_stats) * n_workers);
@@ -1497,7 +1466,17 @@ judge(int anomalies, int clean, int max_holders, const struct worker_stats *sum)
 			printf("the schedule never had more holders than permits: the run tested nothing\n");
 		else if (!stale_seen)
 			printf("the schedule never produced a stale holder: the run tested nothing\n");
-		if (!anomalies && clean && stale_seen)
+		return result_line(anomalies, clean, stale_seen);
+	}
+	return result_line(anomalies, clean, 1);
+}
+
+int
+result_line(int anomalies, int clean, int tested)
+{
+	if (fenced)
+	{
+		if (!anomalies && clean && tested)
 		{
 			printf("RESULT: PASS\n");
 			return 0;
@@ -1505,7 +1484,6 @@ judge(int anomalies, int clean, int max_holders, const struct worker_stats *sum)
 		printf("RESULT: FAIL\n");
 		return 1;
 	}
-
 	if (!clean)
 	{
 		printf("RESULT: FAIL (the control run itself went wrong, see above)\n");

@@ -1,8 +1,9 @@
 /*
  * checker.h
  *	  What the modes of the stress checker share: the options, the seeded
- *	  random schedule, the clock, the connection to a local server only, and
- *	  the worker processes (started, reaped and killed by the parent).
+ *	  random schedule, the connection to a local server only, the worker
+ *	  processes (started, reaped and killed by the parent) and the verdict.
+ *	  The clock and the libpq helpers are test/lib/dlock_client.h's.
  *
  * checker.c owns these and the lock-guarded set and semaphore modes;
  * kinds.c owns the mixed-kinds mode (--kinds).
@@ -15,6 +16,8 @@
 #include <stdint.h>
 
 #include <libpq-fe.h>
+
+#include "../test/lib/dlock_client.h"
 
 #define MAX_WORKERS		64
 /* how long workers may take to wind down after the deadline */
@@ -33,14 +36,12 @@ uint64_t	rng_next(void);
 int			rand_between(int lo, int hi);
 int			chance(int percent);
 
-/* CLOCK_MONOTONIC in milliseconds, and a sleep until such a time */
-double		now_ms(void);
+/* a sleep until a time of dlc_mono_ms() */
 int			sleep_until(double t_ms);
 
 /* set by SIGINT, SIGTERM or SIGHUP in the parent */
 extern volatile sig_atomic_t interrupted;
 
-int			has_sqlstate(const PGresult *res, const char *code);
 PGconn	   *connect_parent(void);
 void	   *map_shared(size_t bytes);
 
@@ -55,6 +56,13 @@ int			wait_children(double until);
 void		kill_children(void);
 /* print why worker w did not exit with 0; 1 if it did */
 int			worker_exited_cleanly(int w);
+
+/*
+ * the RESULT line and the exit status: a fenced run passes with no
+ * anomalies, clean and having tested something; a control run (--no-fence)
+ * must find its anomalies
+ */
+int			result_line(int anomalies, int clean, int tested);
 
 /* the mixed-kinds mode */
 int			kinds_main(void);

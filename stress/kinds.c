@@ -196,22 +196,17 @@ kinds_error(struct kinds_stats *st, const char *what, const PGresult *res,
 			PGconn *conn)
 {
 	const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
-	size_t		len;
 
-	if (res && has_sqlstate(res, "XX000"))
+	if (res && dlc_has_sqlstate(res, "XX000"))
 		st->xx000++;
-	else if (res && has_sqlstate(res, "40P01"))
+	else if (res && dlc_has_sqlstate(res, "40P01"))
 		st->deadlocks++;
-	else if (res && has_sqlstate(res, "23505"))
+	else if (res && dlc_has_sqlstate(res, "23505"))
 		st->twice++;
 	st->errors++;
-	if (st->first_error[0] != '\0')
-		return;
-	snprintf(st->first_error, sizeof(st->first_error), "%s: %s", what,
-			 msg && *msg ? msg : "(no message)");
-	len = strlen(st->first_error);
-	while (len > 0 && st->first_error[len - 1] == '\n')
-		st->first_error[--len] = '\0';
+	if (st->first_error[0] == '\0')
+		dlc_message(st->first_error, sizeof(st->first_error), what,
+					msg && *msg ? msg : NULL);
 }
 
 /* a failure the server did not report */
@@ -223,20 +218,13 @@ kinds_failure(struct kinds_stats *st, const char *msg)
 		snprintf(st->first_error, sizeof(st->first_error), "%s", msg);
 }
 
-static PGresult *
-run(PGconn *conn, const char *sql, int n, const char *const *params)
-{
-	return PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
-}
-
 /* a statement whose result is not needed; 0 (counted) if it failed */
 static int
 run_ok(PGconn *conn, struct kinds_stats *st, const char *what, const char *sql,
 	   int n, const char *const *params)
 {
-	PGresult   *res = run(conn, sql, n, params);
-	ExecStatusType s = PQresultStatus(res);
-	int			ok = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
+	PGresult   *res = dlc_exec(conn, sql, n, params);
+	int			ok = dlc_result_ok(res);
 
 	if (!ok)
 		kinds_error(st, what, res, conn);
@@ -350,12 +338,12 @@ ask(PGconn *conn, struct kinds_stats *st, const char *owner, enum kind k,
 	}
 
 	st->asked[k]++;
-	res = run(conn, sql, n, params);
+	res = dlc_exec(conn, sql, n, params);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		if (has_sqlstate(res, "55P03"))
+		if (dlc_has_sqlstate(res, "55P03"))
 			st->timeouts++;
-		else if (has_sqlstate(res, "22023"))
+		else if (dlc_has_sqlstate(res, "22023"))
 			st->mismatched++;
 		else
 			kinds_error(st, "grant", res, conn);
@@ -393,19 +381,19 @@ static void
 check_view(PGconn *conn, struct kinds_stats *st, int w, const struct holding *h)
 {
 	const char *params[1] = {h->array};
-	PGresult   *res = run(conn,
-						  "SELECT name,"
-						  " count(*) FILTER (WHERE NOT shared AND max_holders = 1),"
-						  " count(*) FILTER (WHERE shared),"
-						  " count(*) FILTER (WHERE max_holders > 1),"
-						  " coalesce(min(max_holders) FILTER (WHERE max_holders > 1), 0),"
-						  " coalesce(max(max_holders) FILTER (WHERE max_holders > 1), 0),"
-						  " string_agg(token || CASE WHEN shared THEN 's'"
-						  "   WHEN max_holders > 1 THEN 'p' || max_holders ELSE 'x' END,"
-						  "   ' ' ORDER BY token)"
-						  " FROM dlock.leases WHERE name = ANY ($1::text[]) AND state = 'live'"
-						  " GROUP BY name",
-						  1, params);
+	PGresult   *res = dlc_exec(conn,
+							   "SELECT name,"
+							   " count(*) FILTER (WHERE NOT shared AND max_holders = 1),"
+							   " count(*) FILTER (WHERE shared),"
+							   " count(*) FILTER (WHERE max_holders > 1),"
+							   " coalesce(min(max_holders) FILTER (WHERE max_holders > 1), 0),"
+							   " coalesce(max(max_holders) FILTER (WHERE max_holders > 1), 0),"
+							   " string_agg(token || CASE WHEN shared THEN 's'"
+							   "   WHEN max_holders > 1 THEN 'p' || max_holders ELSE 'x' END,"
+							   "   ' ' ORDER BY token)"
+							   " FROM dlock.leases WHERE name = ANY ($1::text[]) AND state = 'live'"
+							   " GROUP BY name",
+							   1, params);
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
@@ -461,12 +449,12 @@ lock_name(PGconn *conn, struct kinds_stats *st, const char *name,
 		abort_transaction(conn);
 		return -1;
 	}
-	res = run(conn, with_fence ?
-			  "UPDATE stress_kinds_names SET changes = changes + 1"
-			  " WHERE name = $1 AND dlock.fence($1, $2::bigint)" :
-			  "UPDATE stress_kinds_names SET changes = changes + 1"
-			  " WHERE name = $1 AND $2::bigint IS NOT NULL",
-			  2, params);
+	res = dlc_exec(conn, with_fence ?
+				  "UPDATE stress_kinds_names SET changes = changes + 1"
+				  " WHERE name = $1 AND dlock.fence($1, $2::bigint)" :
+				  "UPDATE stress_kinds_names SET changes = changes + 1"
+				  " WHERE name = $1 AND $2::bigint IS NOT NULL",
+				  2, params);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 	{
 		kinds_error(st, "lock the name's row", res, conn);
@@ -599,9 +587,9 @@ renew_near_expiry(PGconn *conn, struct kinds_stats *st, const char *owner,
 	params[0] = names[h->idx[0]];
 	params[1] = owner;
 	params[2] = ttl_txt;
-	sent = now_ms();
-	res = run(conn, "SELECT token, expires_at FROM dlock.renew($1, $2, $3::interval)",
-			  3, params);
+	sent = dlc_mono_ms();
+	res = dlc_exec(conn, "SELECT token, expires_at FROM dlock.renew($1, $2, $3::interval)",
+				  3, params);
 	st->renews_near++;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
@@ -642,8 +630,8 @@ meddle(PGconn *conn, struct kinds_stats *st, int what)
 	if (what == 0)
 	{
 		/* when it ran, on the server's clock, for check (c) */
-		res = run(conn, "SELECT dlock.force_release($1), statement_timestamp(), clock_timestamp()",
-				  1, params);
+		res = dlc_exec(conn, "SELECT dlock.force_release($1), statement_timestamp(), clock_timestamp()",
+					  1, params);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		{
 			const char *p[3] = {params[0], PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2)};
@@ -659,7 +647,7 @@ meddle(PGconn *conn, struct kinds_stats *st, int what)
 	}
 	else if (what == 1)
 	{
-		res = run(conn, "SELECT dlock.purge('0')", 0, NULL);
+		res = dlc_exec(conn, "SELECT dlock.purge('0')", 0, NULL);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			st->purges++;
 		else
@@ -669,11 +657,11 @@ meddle(PGconn *conn, struct kinds_stats *st, int what)
 	{
 		snprintf(timeout, sizeof(timeout), "%d ms", rand_between(20, 200));
 		params[1] = timeout;
-		res = run(conn,
-				  "SELECT dlock.watch($1, t, $2::interval) IS DISTINCT FROM t FROM"
-				  " (SELECT max(token) AS t FROM dlock.leases"
-				  "   WHERE name = $1 AND state = 'live') l",
-				  2, params);
+		res = dlc_exec(conn,
+					   "SELECT dlock.watch($1, t, $2::interval) IS DISTINCT FROM t FROM"
+					   " (SELECT max(token) AS t FROM dlock.leases"
+					   "   WHERE name = $1 AND state = 'live') l",
+					   2, params);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		{
 			st->watches++;
@@ -732,7 +720,7 @@ hold_and_release(PGconn *conn, struct kinds_stats *st, int w, const char *owner,
 	else if (plan < 22)
 		sleep_until(expiry + rand_between(30, 150));	/* overstay */
 	else if (plan < 35)
-		sleep_until(now_ms() + rand_between(0, ttl / 4));
+		sleep_until(dlc_mono_ms() + rand_between(0, ttl / 4));
 	/* else out at once: grants, the engine's hard part, come thick and fast */
 
 	for (int i = 0; i < h->n; i++)
@@ -742,9 +730,9 @@ hold_and_release(PGconn *conn, struct kinds_stats *st, int w, const char *owner,
 		return;					/* let it expire */
 	params[0] = h->kind == K_SET ? h->array : names[h->idx[0]];
 	params[1] = owner;
-	res = run(conn, h->kind == K_SET ?
-			  "SELECT dlock.release_all($1::text[], $2) > 0" :
-			  "SELECT dlock.release($1, $2)", 2, params);
+	res = dlc_exec(conn, h->kind == K_SET ?
+				  "SELECT dlock.release_all($1::text[], $2) > 0" :
+				  "SELECT dlock.release($1, $2)", 2, params);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 	{
 		st->released++;
@@ -761,13 +749,11 @@ kinds_worker(int w, double deadline)
 	struct kinds_stats *st = &kst[w];
 	char		owner[48];
 	char		appname[40];
-	const char *keys[] = {"application_name", NULL};
-	const char *vals[] = {appname, NULL};
 	PGconn	   *conn;
 	long		turn = 0;
 
 	snprintf(appname, sizeof(appname), "dlock-stress-kinds-w%d", w);
-	conn = PQconnectdbParams(keys, vals, 0);
+	conn = dlc_connect_as(appname);
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
 		kinds_error(st, "connect", NULL, conn);
@@ -781,7 +767,7 @@ kinds_worker(int w, double deadline)
 		return 2;
 	}
 
-	while (now_ms() < deadline - 20 && !interrupted)
+	while (dlc_mono_ms() < deadline - 20 && !interrupted)
 	{
 		int			r = rand_between(0, 999);
 		struct holding h;
@@ -812,7 +798,7 @@ kinds_worker(int w, double deadline)
 			 */
 			snprintf(owner, sizeof(owner), "kinds-w%d-%ld", w, turn++);
 			ttl = rand_between(TTL_LO_MS, TTL_HI_MS);
-			asked = now_ms();
+			asked = dlc_mono_ms();
 			/*
 			 * Sets wait, most of them: their names are seldom all free at
 			 * once, but a waiter is first in each name's queue
@@ -1019,7 +1005,7 @@ kinds_main(void)
 		return 1;
 	kst = map_shared(sizeof(struct kinds_stats) * n_workers);
 
-	start = now_ms();
+	start = dlc_mono_ms();
 	deadline = start + run_seconds * 1000.0;
 	if (!start_workers(kinds_worker, deadline))
 		return 1;
@@ -1124,25 +1110,8 @@ kinds_main(void)
 				enough = 0;
 			}
 		}
-		if (!anomalies && clean && enough)
-		{
-			printf("RESULT: PASS\n");
-			return 0;
-		}
-		printf("RESULT: FAIL\n");
-		return 1;
+		return result_line(anomalies, clean, enough);
 	}
-
-	if (!clean)
-	{
-		printf("RESULT: FAIL (the control run itself went wrong, see above)\n");
-		return 1;
-	}
-	if (v.overlaps > 0)
-	{
-		printf("RESULT: FAIL (expected for --no-fence)\n");
-		return 0;
-	}
-	printf("RESULT: PASS (unexpected for --no-fence: the checker detected nothing)\n");
-	return 1;
+	/* the control must see conflicting holders overlap */
+	return result_line(v.overlaps > 0, clean, 1);
 }

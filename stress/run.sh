@@ -68,7 +68,8 @@ start_cluster 54331
 BIN=$WORK/bin
 mkdir -p "$BIN"
 cc -std=c99 -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" -o "$BIN/checker" \
-    "$SRC_DIR/stress/checker.c" "$SRC_DIR/stress/kinds.c" -L"$("$PG_CONFIG" --libdir)" -lpq
+    "$SRC_DIR/stress/checker.c" "$SRC_DIR/stress/kinds.c" "$SRC_DIR/test/lib/dlock_client.c" \
+    -L"$("$PG_CONFIG" --libdir)" -lpq
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$BIN"
 
 run() { as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres PGDATABASE=postgres "$@"; }

@@ -55,13 +55,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
 
-#include "client.h"
+#include "lib/dlock_client.h"
 
 /* What a worker asks for; the marker's second key is the role + 1 */
 typedef enum Role
@@ -80,11 +78,11 @@ static PGresult *
 must(int worker, PGconn *conn, const char *sql, int nparams,
 	 const char *const *params, ExecStatusType expected)
 {
-	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+	PGresult   *res = dlc_exec(conn, sql, nparams, params);
 
 	if (PQresultStatus(res) != expected)
 	{
-		failed(worker, sql, res);
+		dlc_failed(worker, sql, res);
 		PQclear(res);
 		return NULL;
 	}
@@ -126,17 +124,27 @@ check_inside(int worker, PGconn *conn, Role role, const char *expires,
 	if ((role == ROLE_PERMIT && *permits < 1) ||
 		(role == ROLE_READER && *readers < 1) ||
 		(role == ROLE_WRITER && writers < 1))
-		return failed(worker, "its own marker is missing", NULL);
+		return dlc_failed(worker, "its own marker is missing", NULL);
 	if ((role == ROLE_PERMIT && *permits > SEM_LIMIT) ||
 		(role == ROLE_READER && writers > 0) ||
 		(role == ROLE_WRITER && (writers > 1 || *readers > 0)))
-		return failed(worker, msg, NULL);
+		return dlc_failed(worker, msg, NULL);
 	return 0;
 }
 
-static int
-run_worker(int worker, double deadline, unsigned seed)
+/* what every worker is given */
+typedef struct Churn
 {
+	double		deadline;
+	unsigned	seed;
+} Churn;
+
+static int
+run_worker(int worker, void *arg)
+{
+	const Churn *churn = arg;
+	double		deadline = churn->deadline;
+	unsigned	seed = churn->seed;
 	PGconn	   *conn = PQconnectdb("");
 	PGconn	   *side = PQconnectdb("");
 	char		owner[32];
@@ -163,7 +171,7 @@ run_worker(int worker, double deadline, unsigned seed)
 	snprintf(pid, sizeof(pid), "%d", PQbackendPID(conn));
 	srandom(seed * 7919 + worker);
 
-	while (now_s() < deadline)
+	while (dlc_wall_s() < deadline)
 	{
 		Role		role = random() % 2 ? ROLE_PERMIT :
 			random() % 2 ? ROLE_WRITER : ROLE_READER;
@@ -217,7 +225,7 @@ run_worker(int worker, double deadline, unsigned seed)
 				"shared => $6::boolean, max_holders => $7::integer)";
 
 		if (!PQsendQueryParams(conn, sql, waits ? 8 : 7, NULL, params, NULL, NULL, 0))
-			return failed(worker, PQerrorMessage(conn), NULL);
+			return dlc_failed(worker, PQerrorMessage(conn), NULL);
 		if (waits && (params[7] == NULL || random() % 4 == 0))
 		{
 			const char *cancel_params[1] = {pid};
@@ -231,23 +239,22 @@ run_worker(int worker, double deadline, unsigned seed)
 			cancels++;
 		}
 		res = PQgetResult(conn);
-		while (PQgetResult(conn) != NULL)
-			;
+		dlc_drain(conn);
 
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && !PQgetisnull(res, 0, 0))
 		{
 			granted = true;
-			snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
-			snprintf(expires, sizeof(expires), "%s", PQgetvalue(res, 0, 1));
+			dlc_copy_value(token, sizeof(token), res, 0, 0);
+			dlc_copy_value(expires, sizeof(expires), res, 0, 1);
 		}
 		else if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			refused++;
-		else if (strcmp(sqlstate(res), "55P03") == 0)
+		else if (dlc_has_sqlstate(res, "55P03"))
 			timeouts++;
-		else if (strcmp(sqlstate(res), "57014") == 0)
+		else if (dlc_has_sqlstate(res, "57014"))
 			cancelled++;
 		else
-			return failed(worker, "unexpected error", res);
+			return dlc_failed(worker, "unexpected error", res);
 		PQclear(res);
 		if (!granted)
 			continue;
@@ -258,7 +265,7 @@ run_worker(int worker, double deadline, unsigned seed)
 			int			n = role == ROLE_PERMIT ? 0 : 1;
 
 			if (t <= last_token[n])
-				return failed(worker, "a token did not grow", NULL);
+				return dlc_failed(worker, "a token did not grow", NULL);
 			last_token[n] = t;
 		}
 
@@ -318,7 +325,7 @@ run_worker(int worker, double deadline, unsigned seed)
 			if (res == NULL)
 				return 1;
 			if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
-				return failed(worker, "the marker was not held", NULL);
+				return dlc_failed(worker, "the marker was not held", NULL);
 			PQclear(res);
 			res = must(worker, conn, "COMMIT", 0, NULL, PGRES_COMMAND_OK);
 			if (res == NULL)
@@ -330,7 +337,7 @@ run_worker(int worker, double deadline, unsigned seed)
 		/* false when it expired meanwhile */
 		params[0] = name;
 		params[1] = owner;
-		res = must(worker, conn, "SELECT dlock.release($1, $2)", 2, params, PGRES_TUPLES_OK);
+		res = must(worker, conn, DLC_RELEASE_SQL, 2, params, PGRES_TUPLES_OK);
 		if (res == NULL)
 			return 1;
 		PQclear(res);
@@ -350,35 +357,15 @@ run_worker(int worker, double deadline, unsigned seed)
 int
 main(int argc, char **argv)
 {
-	int			workers;
-	double		deadline;
-	unsigned	seed;
-	int			status = 0;
+	Churn		churn;
 
+	dlc_progname = "kinds_churn";
 	if (argc != 4)
 	{
 		fprintf(stderr, "usage: %s WORKERS SECONDS SEED\n", argv[0]);
 		return 2;
 	}
-	workers = atoi(argv[1]);
-	deadline = now_s() + atof(argv[2]);
-	seed = (unsigned) atoi(argv[3]);
-
-	for (int w = 0; w < workers; w++)
-	{
-		pid_t		pid = fork();
-
-		if (pid == 0)
-			_exit(run_worker(w, deadline, seed));
-		if (pid < 0)
-			return 2;
-	}
-	for (int w = 0; w < workers; w++)
-	{
-		int			wstatus;
-
-		if (wait(&wstatus) < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
-			status = 1;
-	}
-	return status;
+	churn.deadline = dlc_wall_s() + atof(argv[2]);
+	churn.seed = (unsigned) atoi(argv[3]);
+	return dlc_run_workers(atoi(argv[1]), run_worker, &churn);
 }

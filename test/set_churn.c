@@ -30,13 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
 
-#include "client.h"
+#include "lib/dlock_client.h"
 
 /* run a query to the end, again as long as a stray cancel interrupts it */
 static PGresult *
@@ -44,17 +42,29 @@ exec_retry(PGconn *conn, const char *sql, int nparams, const char *const *params
 {
 	for (;;)
 	{
-		PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+		PGresult   *res = dlc_exec(conn, sql, nparams, params);
 
-		if (strcmp(sqlstate(res), "57014") != 0)
+		if (!dlc_has_sqlstate(res, "57014"))
 			return res;
 		PQclear(res);
 	}
 }
 
-static int
-run_worker(int worker, double deadline, int nnames, unsigned seed)
+/* what every worker is given */
+typedef struct Churn
 {
+	double		deadline;
+	int			nnames;
+	unsigned	seed;
+} Churn;
+
+static int
+run_worker(int worker, void *arg)
+{
+	const Churn *churn = arg;
+	double		deadline = churn->deadline;
+	int			nnames = churn->nnames;
+	unsigned	seed = churn->seed;
 	PGconn	   *conn = PQconnectdb("");
 	PGcancel   *cancel;
 	char		owner[32];
@@ -73,7 +83,7 @@ run_worker(int worker, double deadline, int nnames, unsigned seed)
 	snprintf(owner, sizeof(owner), "churn-%d", worker);
 	srandom(seed * 7919 + worker);
 
-	while (now_s() < deadline)
+	while (dlc_wall_s() < deadline)
 	{
 		char		names[160] = "{";
 		char		timeout[32];
@@ -93,7 +103,7 @@ run_worker(int worker, double deadline, int nnames, unsigned seed)
 			count = 1;
 		for (int i = 0; i < count; i++)
 		{
-			int			n = 1 + random() % nnames;
+			int			n = dlc_pick(nnames);
 
 			if (!seen[n])
 				distinct++;
@@ -133,7 +143,7 @@ run_worker(int worker, double deadline, int nnames, unsigned seed)
 		}
 
 		if (!PQsendQueryParams(conn, sql, waits ? 3 : 2, NULL, params, NULL, NULL, 0))
-			return failed(worker, PQerrorMessage(conn), NULL);
+			return dlc_failed(worker, PQerrorMessage(conn), NULL);
 		if (waits && (params[2] == NULL || random() % 3 == 0))
 		{
 			char		errbuf[256];
@@ -143,21 +153,20 @@ run_worker(int worker, double deadline, int nnames, unsigned seed)
 			cancels++;
 		}
 		res = PQgetResult(conn);
-		while (PQgetResult(conn) != NULL)
-			;
+		dlc_drain(conn);
 
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && strcmp(PQgetvalue(res, 0, 0), "0") != 0)
 		{
 			if (atoi(PQgetvalue(res, 0, 0)) != distinct || strcmp(PQgetvalue(res, 0, 1), "1") != 0)
-				return failed(worker, "a grant did not hold every name under one token", NULL);
-			snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 2));
+				return dlc_failed(worker, "a grant did not hold every name under one token", NULL);
+			dlc_copy_value(token, sizeof(token), res, 0, 2);
 		}
 		else if (PQresultStatus(res) == PGRES_TUPLES_OK)
 			refused++;
-		else if (strcmp(sqlstate(res), "55P03") == 0)
+		else if (dlc_has_sqlstate(res, "55P03"))
 			timeouts++;
-		else if (strcmp(sqlstate(res), "57014") != 0)
-			return failed(worker, "unexpected error", res);
+		else if (!dlc_has_sqlstate(res, "57014"))
+			return dlc_failed(worker, "unexpected error", res);
 		PQclear(res);
 
 		if (token[0] == '\0')
@@ -168,9 +177,9 @@ run_worker(int worker, double deadline, int nnames, unsigned seed)
 							 "WHERE name = ANY($1::text[]) AND owner = $2 AND state = 'live'",
 							 2, params);
 			if (PQresultStatus(res) != PGRES_TUPLES_OK)
-				return failed(worker, "check after a failed call", res);
+				return dlc_failed(worker, "check after a failed call", res);
 			if (strcmp(PQgetvalue(res, 0, 0), "0") != 0)
-				return failed(worker, "a call that did not grant left names held", NULL);
+				return dlc_failed(worker, "a call that did not grant left names held", NULL);
 			PQclear(res);
 			continue;
 		}
@@ -187,26 +196,26 @@ run_worker(int worker, double deadline, int nnames, unsigned seed)
 						 "   AND dlock.fence(name, $2::bigint) RETURNING inside",
 						 2, params);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-			return failed(worker, "fenced update", res);
+			return dlc_failed(worker, "fenced update", res);
 		if (PQntuples(res) != distinct)
-			return failed(worker, "a fence was false, or a token did not grow", NULL);
+			return dlc_failed(worker, "a fence was false, or a token did not grow", NULL);
 		for (int i = 0; i < PQntuples(res); i++)
 			if (strcmp(PQgetvalue(res, i, 0), "1") != 0)
-				return failed(worker, "two holders of one name at once", NULL);
+				return dlc_failed(worker, "two holders of one name at once", NULL);
 		PQclear(res);
 		usleep(random() % 2000);
 		res = exec_retry(conn,
 						 "UPDATE churn SET inside = inside - 1 WHERE name = ANY($1::text[])",
 						 1, params);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-			return failed(worker, "leaving", res);
+			return dlc_failed(worker, "leaving", res);
 		PQclear(res);
 		params[1] = owner;
 		res = exec_retry(conn, "SELECT dlock.release_all($1::text[], $2)", 2, params);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-			return failed(worker, "release", res);
+			return dlc_failed(worker, "release", res);
 		if (atoi(PQgetvalue(res, 0, 0)) != distinct)
-			return failed(worker, "release_all did not release every name held", NULL);
+			return dlc_failed(worker, "release_all did not release every name held", NULL);
 		PQclear(res);
 	}
 	printf("worker %d: %ld sets, %ld singles granted; %ld refused, %ld timed out, %ld cancels sent\n",
@@ -220,39 +229,18 @@ run_worker(int worker, double deadline, int nnames, unsigned seed)
 int
 main(int argc, char **argv)
 {
-	int			workers,
-				nnames;
-	double		deadline;
-	unsigned	seed;
-	int			status = 0;
+	Churn		churn;
 
+	dlc_progname = "set_churn";
 	if (argc != 5)
 	{
 		fprintf(stderr, "usage: %s WORKERS SECONDS NAMES SEED\n", argv[0]);
 		return 2;
 	}
-	workers = atoi(argv[1]);
-	deadline = now_s() + atof(argv[2]);
-	nnames = atoi(argv[3]);
-	seed = (unsigned) atoi(argv[4]);
-	if (nnames < 1 || nnames > 63)
+	churn.deadline = dlc_wall_s() + atof(argv[2]);
+	churn.nnames = atoi(argv[3]);
+	churn.seed = (unsigned) atoi(argv[4]);
+	if (churn.nnames < 1 || churn.nnames > 63)
 		return 2;
-
-	for (int w = 0; w < workers; w++)
-	{
-		pid_t		pid = fork();
-
-		if (pid == 0)
-			_exit(run_worker(w, deadline, nnames, seed));
-		if (pid < 0)
-			return 2;
-	}
-	for (int w = 0; w < workers; w++)
-	{
-		int			wstatus;
-
-		if (wait(&wstatus) < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
-			status = 1;
-	}
-	return status;
+	return dlc_run_workers(atoi(argv[1]), run_worker, &churn);
 }

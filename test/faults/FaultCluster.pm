@@ -23,20 +23,21 @@
 #    read again by its processes every second;
 #  - kill -9 of a node's postmaster, or of the whole node.
 #
-# What later suites could share: the namespace plumbing of run.sh and this
-# module's process handling (start/stop by pid in a namespace) and nftables
-# faults are independent of Patroni; the Patroni configuration and REST
-# queries are shared with test/ha/patroni/patroni.pl in spirit only.
+# The process handling (start/stop by pid), psql, etcd's command line,
+# the Patroni configuration and the REST queries are DlockHA.pm's
+# (test/perl), shared with test/ha; what is here is the namespaces and the
+# faults.
 
 package FaultCluster;
 
 use strict;
 use warnings FATAL => 'all';
 
-use HTTP::Tiny;
 use IPC::Run;
 use JSON::PP;
 use Time::HiRes qw(time sleep);
+
+use DlockHA qw(child_pids etcd_command etcd_healthy patroni_yaml);
 
 our %ADDR = (ctl => '10.77.0.2', etcd => '10.77.0.10', n1 => '10.77.0.11', n2 => '10.77.0.12',
 	n3 => '10.77.0.13', c1 => '10.77.0.21', c2 => '10.77.0.22', c3 => '10.77.0.23');
@@ -49,7 +50,11 @@ sub new
 	my $self = bless {
 		tag => $a{tag}, work => $a{work}, bindir => $a{bindir}, user => $a{user},
 		patroni => $a{patroni}, etcd => $a{etcd}, faketime => $a{faketime},
-		service => {}, http => HTTP::Tiny->new(timeout => 2), faults => {},
+		procs => DlockHA::Procs->new(logdir => "$a{work}/logs"), faults => {},
+		cluster => DlockHA::Patroni->new(nodes => \@NODES,
+			api => { map { $_ => "$ADDR{$_}:8008" } @NODES },
+			conninfo => sub { FaultCluster->conninfo($_[0]) },
+			psql => sub { DlockHA::psql($a{bindir}, $_[0], $_[1], 10) }),
 	}, $class;
 	mkdir "$self->{work}/logs";
 	return $self;
@@ -69,64 +74,33 @@ sub cmd_in
 	return ('ip', 'netns', 'exec', $self->ns($role), @as, @cmd);
 }
 
-# start - a process in ROLE's namespace, logged to logs/NAME.log
+# start - a process in ROLE's namespace, logged to logs/NAME.log; its pid.
+# Its standard input is an open, empty pipe, as this suite has always given
+# it (DlockHA::Procs says what that does to the backends a dead postmaster
+# leaves; the kill9-postmaster nemesis ends those itself).
 sub start
 {
 	my ($self, $name, $role, $user, $env, @cmd) = @_;
-	die "$name runs already" if $self->{service}{$name};
 	my @env = map { "$_=$env->{$_}" } sort keys %{ $env // {} };
-	my $h = IPC::Run::start([ $self->cmd_in($role, $user, 'env', @env, @cmd) ],
-		'<', \undef, '>>', "$self->{work}/logs/$name.log", '2>&1');
-	$self->{service}{$name} = { h => $h, role => $role, pid => $h->{KIDS}[0]{PID} };
-	return $self->{service}{$name}{pid};
+	return $self->{procs}->start($name, [ $self->cmd_in($role, $user, 'env', @env, @cmd) ], stdin => \undef);
 }
 
-sub pid_of { my ($self, $name) = @_; return $self->{service}{$name} ? $self->{service}{$name}{pid} : undef }
-# running - the process has not exited (a zombie has: IPC::Run reaps it
-# at finish)
-sub running
-{
-	my ($self, $name) = @_;
-	my $s = $self->{service}{$name} or return 0;
-	open my $fh, '<', "/proc/$s->{pid}/stat" or return 0;
-	my $line = <$fh> // return 0;
-	return $line !~ /^\d+ \(.*\) Z /;
-}
-
-# stop - SIGTERM (a stopped process is continued first), then SIGKILL after
-# GRACE seconds; returns the exit status
-sub stop
-{
-	my ($self, $name, $grace) = @_;
-	my $s = delete $self->{service}{$name} or return undef;
-	$self->{service}{$name} = $s;    # for running()
-	kill 'CONT', $s->{pid};
-	kill 'TERM', $s->{pid};
-	my $until = time + ($grace // 30);
-	sleep 0.1 while $self->running($name) && time < $until;
-	kill 'KILL', $s->{pid} if $self->running($name);
-	delete $self->{service}{$name};
-	eval { $s->{h}->finish };
-	return $s->{h}->full_result;
-}
-
-sub kill9
-{
-	my ($self, $name) = @_;
-	my $s = delete $self->{service}{$name} or return;
-	kill 'KILL', $s->{pid};
-	eval { $s->{h}->finish };
-}
+# by name, as DlockHA::Procs: pid_of, running, stop (SIGTERM, then SIGKILL
+# after GRACE seconds; the exit status) and kill9
+sub pid_of { my ($self, $name) = @_; return $self->{procs}->pid_of($name) }
+sub running { my ($self, $name) = @_; return $self->{procs}->running($name) }
+sub stop { my ($self, $name, $grace) = @_; return $self->{procs}->stop($name, $grace) }
+sub kill9 { my ($self, $name) = @_; return $self->{procs}->kill9($name) }
 
 sub stop_all
 {
 	my ($self) = @_;
+	my @names = $self->{procs}->names;
 	$self->heal;
-	kill 'CONT', map { $_->{pid} } values %{ $self->{service} };
-	my @clients = grep { !/^(etcd|patroni-)/ } keys %{ $self->{service} };
-	$self->stop($_, 10) for @clients;
-	$self->stop($_, 60) for grep { /^patroni-/ } keys %{ $self->{service} };
-	$self->stop($_, 10) for keys %{ $self->{service} };
+	kill 'CONT', map { $self->pid_of($_) } @names;
+	$self->stop($_, 10) for grep { !/^(etcd|patroni-)/ } @names;
+	$self->stop($_, 60) for grep { /^patroni-/ } $self->{procs}->names;
+	$self->stop($_, 10) for $self->{procs}->names;
 }
 
 # in_ns - run a command in ROLE's namespace and return its output
@@ -162,15 +136,7 @@ sub client_conninfo
 sub psql
 {
 	my ($self, $conninfo, $sql, $timeout) = @_;
-	my ($out, $err) = ('', '');
-	local $SIG{PIPE} = 'IGNORE';
-	my $ok = eval {
-		IPC::Run::run([ "$self->{bindir}/psql", '-X', '-At', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conninfo ],
-			'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout($timeout // 30));
-	};
-	$err .= $@ if $@;
-	chomp $out;
-	return wantarray ? ($ok && $? == 0, $out, $err) : $out;
+	return DlockHA::psql($self->{bindir}, $conninfo, $sql, $timeout // 30);
 }
 
 # ---- etcd and Patroni ----
@@ -187,13 +153,9 @@ sub start_etcd
 	my $a = $ADDR{etcd};
 	mkdir "$self->{work}/etcd";
 	$self->chown("$self->{work}/etcd");
-	$self->start('etcd', 'etcd', $self->{user}, {}, $self->{etcd}, '--name', 'faults',
-		'--data-dir', "$self->{work}/etcd/data",
-		'--listen-client-urls', "http://$a:2379", '--advertise-client-urls', "http://$a:2379",
-		'--listen-peer-urls', "http://$a:2380", '--initial-advertise-peer-urls', "http://$a:2380",
-		'--initial-cluster', "faults=http://$a:2380", '--log-level', 'warn');
-	$self->poll_until('etcd answers', 30,
-		sub { ($self->{http}->get("http://$a:2379/health")->{content} // '') =~ /"health":"true"/ });
+	$self->start('etcd', 'etcd', $self->{user}, {}, etcd_command($self->{etcd}, name => 'faults',
+		data_dir => "$self->{work}/etcd/data", host => $a, client_port => 2379, peer_port => 2380));
+	$self->poll_until('etcd answers', 30, sub { etcd_healthy("$a:2379") });
 }
 
 sub chown
@@ -245,59 +207,14 @@ sub node_config
 	my %s = patroni_settings();
 	my $w = "$self->{work}/$node";
 	my $sm = $sync ? 'true' : 'false';
-	return <<"EOF";
-scope: faults
-namespace: /dlock-faults/
-name: $node
-restapi:
-  listen: $a:8008
-  connect_address: $a:8008
-etcd3:
-  host: $ADDR{etcd}:2379
-bootstrap:
-  dcs:
-    ttl: $s{ttl}
-    loop_wait: $s{loop_wait}
-    retry_timeout: $s{retry_timeout}
-    maximum_lag_on_failover: $s{maximum_lag_on_failover}
-    primary_start_timeout: $s{primary_start_timeout}
-    failsafe_mode: $s{failsafe_mode}
-    synchronous_mode: $sm
-    synchronous_mode_strict: $sm
-    postgresql:
-      use_pg_rewind: true
-      use_slots: true
-      parameters:
-        shared_preload_libraries: dlock
-        wal_keep_size: 256MB
-        max_connections: 100
-        wal_log_hints: 'on'
-  initdb:
-    - encoding: UTF8
-    - auth: trust
-postgresql:
-  listen: $a:5432
-  connect_address: $a:5432
-  data_dir: $w/data
-  bin_dir: $w/bin
-  pgpass: $w/pgpass
-  authentication:
-    superuser:
-      username: postgres
-    replication:
-      username: replicator
-    rewind:
-      username: postgres
-  parameters:
-    unix_socket_directories: '$w'
-  pg_hba:
-    - local all all trust
-    - local replication all trust
-    - host all all 10.77.0.0/24 trust
-    - host replication all 10.77.0.0/24 trust
-watchdog:
-  mode: off
-EOF
+	return patroni_yaml(scope => 'faults', namespace => '/dlock-faults/', name => $node,
+		api => "$a:8008", etcd => "$ADDR{etcd}:2379",
+		dcs => [ (map { $_ => $s{$_} } qw(ttl loop_wait retry_timeout maximum_lag_on_failover
+					primary_start_timeout failsafe_mode)),
+			synchronous_mode => $sm, synchronous_mode_strict => $sm ],
+		parameters => [ max_connections => 100, wal_log_hints => "'on'" ],
+		listen => "$a:5432", data_dir => "$w/data", bin_dir => "$w/bin", pgpass => "$w/pgpass",
+		superuser => 'postgres', rewind => 'postgres', socket_dir => $w, network => '10.77.0.0/24');
 }
 
 sub start_node
@@ -322,48 +239,12 @@ sub start_cluster
 	$self->healthy(180, $a{sync});
 }
 
-sub poll_until
-{
-	my ($self, $what, $seconds, $check) = @_;
-	my $until = time + $seconds;
-	while (time < $until)
-	{
-		return 1 if eval { $check->() };
-		sleep 0.25;
-	}
-	die "timed out after $seconds s: $what\n";
-}
+sub poll_until { my ($self, @args) = @_; return DlockHA::poll_until(@args) }
 
-# members - {name => {role, state, ...}} from any node that answers
-sub members
-{
-	my ($self) = @_;
-	for my $node (@NODES)
-	{
-		my $r = $self->{http}->get("http://$ADDR{$node}:8008/cluster");
-		next unless $r->{success};
-		return { map { $_->{name} => $_ } @{ decode_json($r->{content})->{members} } };
-	}
-	return {};
-}
-
-sub describe
-{
-	my ($self) = @_;
-	my $m = $self->members;
-	return join ' ', map { "$_:$m->{$_}{role}/$m->{$_}{state}" } sort keys %$m;
-}
-
-# leader - the node Patroni names leader whose PostgreSQL takes writes
-sub leader
-{
-	my ($self) = @_;
-	my $m = $self->members;
-	my ($l) = grep { $m->{$_}{role} eq 'leader' && $m->{$_}{state} eq 'running' } keys %$m;
-	return undef unless $l;
-	return $l if $self->psql($self->conninfo($l), 'SELECT NOT pg_is_in_recovery()', 10) eq 't';
-	return undef;
-}
+# members, describe, leader: DlockHA::Patroni's
+sub members { my ($self) = @_; return $self->{cluster}->members }
+sub describe { my ($self) = @_; return $self->{cluster}->describe }
+sub leader { my ($self) = @_; return $self->{cluster}->leader }
 
 # healthy - a writable leader, two replicas streaming, and with synchronous
 # mode a synchronous standby; dies after SECONDS
@@ -372,7 +253,7 @@ sub healthy
 	my ($self, $seconds, $sync) = @_;
 	$self->poll_until('a leader, two streaming replicas' . ($sync ? ' and a synchronous standby' : ''), $seconds, sub {
 		my $m = $self->members;
-		my $replicas = grep { $m->{$_}{role} =~ /replica|standby/ && $m->{$_}{state} =~ /^(streaming|running)$/ } keys %$m;
+		my $replicas = $self->{cluster}->replicas_streaming;
 		my $syncs = grep { $m->{$_}{role} eq 'sync_standby' } keys %$m;
 		return 0 unless $replicas == 2 && (!$sync || $syncs >= 1);
 		my $l = $self->leader or return 0;
@@ -391,7 +272,7 @@ sub set_mode
 	my $body = encode_json({ synchronous_mode => $sync ? JSON::PP::true : JSON::PP::false,
 			synchronous_mode_strict => $sync ? JSON::PP::true : JSON::PP::false });
 	my $l = $self->leader or die 'no leader';
-	my $r = $self->{http}->request('PATCH', "http://$ADDR{$l}:8008/config", { content => $body });
+	my $r = $self->{cluster}->http->request('PATCH', "http://$ADDR{$l}:8008/config", { content => $body });
 	die "PATCH /config: $r->{status} $r->{content}" unless $r->{success};
 	$self->poll_until('the leader follows the synchronous mode', 60, sub {
 		my $l2 = $self->leader or return 0;
@@ -404,10 +285,7 @@ sub set_mode
 sub postmaster_pid
 {
 	my ($self, $node) = @_;
-	open my $fh, '<', "$self->{work}/$node/data/postmaster.pid" or return undef;
-	my $pid = <$fh>;
-	chomp $pid;
-	return $pid;
+	return DlockHA::postmaster_pid("$self->{work}/$node/data");
 }
 
 # postgres_pids - every PostgreSQL process of the node (the postmaster and
@@ -416,15 +294,7 @@ sub postgres_pids
 {
 	my ($self, $node) = @_;
 	my $pm = $self->postmaster_pid($node) or return ();
-	my @pids = ($pm);
-	for my $stat (glob '/proc/[0-9]*/stat')
-	{
-		open my $fh, '<', $stat or next;
-		my $line = <$fh> // next;
-		my ($pid, $ppid) = $line =~ /^(\d+) \(.*\) \S+ (\d+)/ or next;
-		push @pids, $pid if $ppid == $pm;
-	}
-	return @pids;
+	return ($pm, child_pids($pm));
 }
 
 # ---- faults ----

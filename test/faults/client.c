@@ -54,11 +54,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
+
+#include "../lib/dlock_client.h"
 
 /* how long an operation may go unanswered before it counts as unknown */
 #define OP_DEADLINE_S 8.0
@@ -80,22 +81,13 @@ static FILE *history;
 static volatile sig_atomic_t stopping = 0;
 static bool stop_at_once = false;	/* the child: SIGTERM ends a query too */
 
-static double
-clock_s(clockid_t which)
-{
-	struct timespec ts;
-
-	clock_gettime(which, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* record - one history line, written through at once */
 static void
 record(const char *type, const char *f, const char *name, const char *token,
 	   const char *elem, const char *node, const char *detail)
 {
 	fprintf(history, "%.6f %.6f %s %s %s %s %s %s %s %s\n",
-			clock_s(CLOCK_REALTIME), clock_s(CLOCK_MONOTONIC), process, type, f,
+			dlc_wall_s(), dlc_mono_s(), process, type, f,
 			name ? name : "-", token && *token ? token : "-", elem ? elem : "-",
 			node && *node ? node : "-", detail && *detail ? detail : "-");
 	fflush(history);
@@ -160,13 +152,7 @@ on_term_child(int signo)
 static PGconn *
 connect_db(void)
 {
-	PGconn	   *conn = PQconnectdb(conninfo);
-
-	if (PQstatus(conn) == CONNECTION_OK)
-		return conn;
-	PQfinish(conn);
-	usleep(200000);
-	return NULL;
+	return dlc_connect_or_pause(conninfo, 200);
 }
 
 /*
@@ -185,7 +171,7 @@ static Outcome
 run(PGconn **conn, const char *sql, int nparams, const char *const *params,
 	PGresult **res, char *detail, size_t detail_size)
 {
-	double		deadline = clock_s(CLOCK_MONOTONIC) + OP_DEADLINE_S;
+	double		deadline = dlc_mono_s() + OP_DEADLINE_S;
 	PGresult   *r = NULL;
 	Outcome		out;
 
@@ -206,7 +192,7 @@ run(PGconn **conn, const char *sql, int nparams, const char *const *params,
 				goto broken;
 			if (!PQisBusy(*conn))
 				break;
-			left = deadline - clock_s(CLOCK_MONOTONIC);
+			left = deadline - dlc_mono_s();
 			if (stop_at_once && stopping)
 			{
 				snprintf(detail, detail_size, "stopped");
@@ -274,6 +260,28 @@ drop:
 
 static const char *const outcome_name[] = {"ok", "fail", "unknown"};
 
+/*
+ * fenced_write - the outcome of a fenced INSERT ... RETURNING NODE_SQL that
+ * run() answered with out: no row back means the fence said no (a certain
+ * failure); a row gives the answering node.  Clears the result.
+ */
+static Outcome
+fenced_write(Outcome out, PGresult *res, char *node, size_t node_size,
+			 char *detail, size_t detail_size)
+{
+	if (out != OUT_OK)
+		return out;
+	if (PQntuples(res) != 1)
+	{
+		out = OUT_FAIL;
+		snprintf(detail, detail_size, "fenced");
+	}
+	else
+		dlc_copy_value(node, node_size, res, 0, 0);
+	PQclear(res);
+	return out;
+}
+
 /* the server's address, for lines about an operation that was not answered */
 static const char *
 sent_to(PGconn *conn)
@@ -293,7 +301,7 @@ set_worker(int worker, const char *names_text, const char *ttl)
 
 	snprintf(me, sizeof(me), "%s.%d", process, worker);
 	process = me;
-	srandom(getpid() ^ (unsigned) clock_s(CLOCK_REALTIME));
+	srandom(getpid() ^ (unsigned) dlc_wall_s());
 	while (!stopping)
 	{
 		char		name[32];
@@ -308,7 +316,7 @@ set_worker(int worker, const char *names_text, const char *ttl)
 		if (conn == NULL && (conn = connect_db()) == NULL)
 			continue;
 		seq++;
-		snprintf(name, sizeof(name), "set:%ld", 1 + random() % nnames);
+		snprintf(name, sizeof(name), "set:%d", dlc_pick(nnames));
 		snprintf(owner, sizeof(owner), "%s.%ld", process, seq);
 		snprintf(elem, sizeof(elem), "%s.%ld", process, seq);
 
@@ -319,8 +327,8 @@ set_worker(int worker, const char *names_text, const char *ttl)
 				  3, (const char *const[]) {name, ttl, owner}, &res, detail, sizeof(detail));
 		if (out == OUT_OK)
 		{
-			snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
-			snprintf(node, sizeof(node), "%s", PQgetvalue(res, 0, 1));
+			dlc_copy_value(token, sizeof(token), res, 0, 0);
+			dlc_copy_value(node, sizeof(node), res, 0, 1);
 			PQclear(res);
 		}
 		record(outcome_name[out], "acquire", name, token, elem, *node ? node : "-", detail);
@@ -333,23 +341,13 @@ set_worker(int worker, const char *names_text, const char *ttl)
 				  " SELECT $1, $2, $3, inet_server_addr() WHERE dlock.fence($1, $2)"
 				  " RETURNING " NODE_SQL,
 				  3, (const char *const[]) {name, token, elem}, &res, detail, sizeof(detail));
-		if (out == OUT_OK)
-		{
-			if (PQntuples(res) != 1)
-			{
-				out = OUT_FAIL;
-				snprintf(detail, sizeof(detail), "fenced");
-			}
-			else
-				snprintf(node, sizeof(node), "%s", PQgetvalue(res, 0, 0));
-			PQclear(res);
-		}
+		out = fenced_write(out, res, node, sizeof(node), detail, sizeof(detail));
 		record(outcome_name[out], "write", name, token, elem, node, detail);
 		if (out == OUT_UNKNOWN)
 			continue;
 
 		record("invoke", "release", name, token, elem, node, NULL);
-		out = run(&conn, "SELECT dlock.release($1, $2)", 2,
+		out = run(&conn, DLC_RELEASE_SQL, 2,
 				  (const char *const[]) {name, owner}, &res, detail, sizeof(detail));
 		if (out == OUT_OK)
 			PQclear(res);
@@ -358,51 +356,32 @@ set_worker(int worker, const char *names_text, const char *ttl)
 	PQfinish(conn);
 }
 
+/* a set worker: its history file is HISTORY.W */
+static int
+run_set_worker(int w, void *arg)
+{
+	char	  **argv = arg;
+	char		path[4096];
+
+	snprintf(path, sizeof(path), "%s.%d", argv[3], w);
+	history = fopen(path, "a");
+	if (history == NULL)
+		return 2;
+	set_worker(w, argv[6], argv[7]);
+	fclose(history);
+	return 0;
+}
+
 static int
 run_set(char **argv)
 {
 	int			workers = atoi(argv[5]);
-	int			status = 0;
-	pid_t	   *pids = calloc(workers, sizeof(pid_t));
+	pid_t	   *pids = dlc_fork_workers(workers, run_set_worker, argv);
 
 	if (pids == NULL)
 		return 2;
-	for (int w = 0; w < workers; w++)
-	{
-		pid_t		pid = fork();
-
-		if (pid == 0)
-		{
-			char		path[4096];
-
-			snprintf(path, sizeof(path), "%s.%d", argv[3], w);
-			history = fopen(path, "a");
-			if (history == NULL)
-				_exit(2);
-			set_worker(w, argv[6], argv[7]);
-			fclose(history);
-			_exit(0);
-		}
-		if (pid < 0)
-			return 2;
-		pids[w] = pid;
-	}
-	for (int w = 0; w < workers; w++)
-	{
-		int			ws;
-
-		while (waitpid(pids[w], &ws, 0) < 0)
-		{
-			if (errno != EINTR)
-				return 2;
-			/* SIGTERM came to us: pass it on */
-			for (int v = 0; v < workers; v++)
-				kill(pids[v], SIGTERM);
-		}
-		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
-			status = 1;
-	}
-	return status;
+	/* a SIGTERM that comes to us is passed on */
+	return dlc_wait_workers(pids, workers, SIGTERM);
 }
 
 static int
@@ -423,8 +402,8 @@ run_contend(const char *name)
 		if (conn == NULL && (conn = connect_db()) == NULL)
 			continue;
 		snprintf(owner, sizeof(owner), "%s.%ld", process, ++seq);
-		snprintf(inv_wall, sizeof(inv_wall), "%.6f", clock_s(CLOCK_REALTIME));
-		snprintf(inv_mono, sizeof(inv_mono), "%.6f", clock_s(CLOCK_MONOTONIC));
+		snprintf(inv_wall, sizeof(inv_wall), "%.6f", dlc_wall_s());
+		snprintf(inv_mono, sizeof(inv_mono), "%.6f", dlc_mono_s());
 
 		/*
 		 * A try every 50 ms rather than a waiting acquire, so that the
@@ -441,7 +420,7 @@ run_contend(const char *name)
 					inv_wall, inv_mono, process, name, owner);
 			record("ok", "acquire", name, PQgetvalue(res, 0, 0), owner, PQgetvalue(res, 0, 1), NULL);
 			PQclear(res);
-			out = run(&conn, "SELECT dlock.release($1, $2)", 2,
+			out = run(&conn, DLC_RELEASE_SQL, 2,
 					  (const char *const[]) {name, owner}, &res, detail, sizeof(detail));
 			if (out == OUT_OK)
 				PQclear(res);
@@ -465,18 +444,13 @@ run_child(void)
 	PGconn	   *conn = NULL;
 	long		n = 0;
 
-	struct sigaction sa;
-
 	if (name == NULL || token == NULL || conninfo == NULL)
 		return 2;
 	stop_at_once = true;
 	record("start", "stop", name, token, "-", "-", NULL);
 	snprintf(child_tail, sizeof(child_tail), " %s ok stop %s %s - - sigterm\n", process, name, token);
 	history_fd = fileno(history);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_term_child;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
+	dlc_catch_signal(SIGTERM, on_term_child);
 	while (!stopping)
 	{
 		char		ntext[160];
@@ -494,17 +468,7 @@ run_child(void)
 				  " SELECT $1, $2, $3 WHERE dlock.fence($1, $2)"
 				  " RETURNING " NODE_SQL,
 				  3, (const char *const[]) {name, token, ntext}, &res, detail, sizeof(detail));
-		if (out == OUT_OK)
-		{
-			if (PQntuples(res) != 1)
-			{
-				out = OUT_FAIL;
-				snprintf(detail, sizeof(detail), "fenced");
-			}
-			else
-				snprintf(node, sizeof(node), "%s", PQgetvalue(res, 0, 0));
-			PQclear(res);
-		}
+		out = fenced_write(out, res, node, sizeof(node), detail, sizeof(detail));
 		record(outcome_name[out], "write", name, token, ntext, *node ? node : "-", detail);
 		usleep(100000);
 	}
@@ -516,13 +480,9 @@ run_child(void)
 int
 main(int argc, char **argv)
 {
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_term;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
+	dlc_progname = "client";
+	dlc_catch_signal(SIGTERM, on_term);
+	dlc_catch_signal(SIGINT, on_term);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	if (argc == 8 && strcmp(argv[1], "set") == 0)

@@ -45,6 +45,7 @@ use Test::More;
 our $TODO;
 use Time::HiRes qw(time sleep);
 
+use DlockHA qw(child_pids lines_of);
 use FaultCluster;
 use FaultHistory;
 
@@ -283,21 +284,6 @@ my @alone = qw(partition-primary partition-primary-renew partition-majority part
 my %network = map { $_ => 1 } qw(partition-primary partition-majority partition-client oneway-primary-out oneway-client-in
   loss slow-network);
 
-sub child_pids
-{
-	my ($parent) = @_;
-	return () unless $parent;
-	my @kids;
-	for my $stat (glob '/proc/[0-9]*/stat')
-	{
-		open my $fh, '<', $stat or next;
-		my $line = <$fh> // next;
-		my ($pid, $ppid) = $line =~ /^(\d+) \(.*\) \S+ (\d+)/ or next;
-		push @kids, $pid if $ppid == $parent;
-	}
-	return @kids;
-}
-
 # drift_spec - libfaketime's rate counts from the postmaster's start (its
 # children inherit that start): the offset cancels what the rate would add
 # for the time already run, so the clock drifts from now on without a step
@@ -305,10 +291,8 @@ sub drift_spec
 {
 	my ($node, $rate) = @_;
 	my $pm = $c->postmaster_pid($node) // return '+0';
-	open my $fh, '<', "$work/$node/data/postmaster.pid" or return '+0';
-	my @l = <$fh>;
+	my @l = eval { lines_of("$work/$node/data/postmaster.pid") } or return '+0';
 	my $start = $l[2] // time;
-	chomp $start;
 	return sprintf('%+.3f x%.5f', -($rate - 1) * (time - $start), $rate);
 }
 

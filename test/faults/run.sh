@@ -136,7 +136,8 @@ done
 
 # the clients and the child of dlock run
 cc -std=c99 -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" \
-    -o "$WORK/client" "$SRC_DIR/test/faults/client.c" -L"$("$PG_CONFIG" --libdir)" -lpq
+    -o "$WORK/client" "$SRC_DIR/test/faults/client.c" "$SRC_DIR/test/lib/dlock_client.c" \
+    -L"$("$PG_CONFIG" --libdir)" -lpq
 cp "$SRC_DIR/cli/dlock" "$WORK/dlock"
 chown -R "$RUN_USER": "$WORK"
 
@@ -146,7 +147,7 @@ ip netns exec "$TAG-ctl" env FAULTS_TAG="$TAG" FAULTS_WORK="$WORK" PG_BINDIR="$P
     FAULTS_USER="$RUN_USER" FAULTS_CLIENT="$WORK/client" DLOCK_CLI="$WORK/dlock" \
     PATRONI="$(command -v patroni)" ETCD="$(command -v etcd)" \
     FAULTS_LIBFAKETIME="$(dpkg -L libfaketime | grep -m1 '/libfaketime\.so\.1$')" \
-    perl -I"$SRC_DIR/test/faults" "$SRC_DIR/test/faults/faults.pl" > >(tee "$WORK/faults.log") 2>&1 &
+    perl -I"$SRC_DIR/test/perl" -I"$SRC_DIR/test/faults" "$SRC_DIR/test/faults/faults.pl" > >(tee "$WORK/faults.log") 2>&1 &
 CTL_PID=$!
 wait "$CTL_PID"
 rc=$?

@@ -15,16 +15,18 @@
 #
 # Run by test/ha/run.sh (make test-ha) as an unprivileged user: pg_autoctl
 # refuses root.  PG_BINDIR names the server's bin directory, DLOCK_CLI the
-# dlock command, HA_WORKLOAD the compiled workload.
+# dlock command, HA_WORKLOAD the compiled workload; DlockHA.pm (test/perl)
+# must be on the module path.
 
 use strict;
 use warnings FATAL => 'all';
 
 use File::Temp qw(tempdir);
-use IO::Socket::INET;
 use IPC::Run;
 use Test::More;
 use Time::HiRes qw(time sleep);
+
+use DlockHA qw(free_port lines_of poll_until);
 
 my $bindir = $ENV{PG_BINDIR} or die 'PG_BINDIR is not set';
 my $autoctl = $ENV{PG_AUTOCTL} // 'pg_autoctl';
@@ -41,32 +43,7 @@ chmod 0700, "$base/run";
 delete $ENV{$_} for qw(PGHOST PGPORT PGDATABASE PGUSER PGSERVICE PGDATA);
 $ENV{PATH} = "$bindir:$ENV{PATH}";
 
-# free_port - a port nobody listens on at 127.0.0.1
-my %taken;
-sub free_port
-{
-	for my $port (map { 20000 + int(rand(20000)) } 1 .. 200)
-	{
-		next if $taken{$port};
-		my $sock = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
-			Proto => 'tcp', ReuseAddr => 0);
-		next unless $sock;
-		close $sock;
-		$taken{$port} = 1;
-		return $port;
-	}
-	die 'no free port';
-}
-
-sub psql
-{
-	my ($conninfo, $sql) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ "$bindir/psql", '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $conninfo, '-c', $sql ],
-		'>', \$out, '2>', \$err);
-	chomp $out;
-	return wantarray ? ($? == 0, $out, $err) : $out;
-}
+sub psql { return DlockHA::psql($bindir, @_) }
 
 sub autoctl
 {
@@ -77,37 +54,17 @@ sub autoctl
 	return $out;
 }
 
-sub poll_until
-{
-	my ($what, $seconds, $check) = @_;
-	my $until = time + $seconds;
-	while (time < $until)
-	{
-		my $ok = eval { $check->() };
-		return 1 if $ok;
-		sleep 0.25;
-	}
-	die "timed out after $seconds s: $what";
-}
-
 # Each pg_autoctl service runs in the foreground under us, stopped by pid
-my %service;
+my $procs = DlockHA::Procs->new(logdir => "$base/logs");
 sub run_service
 {
 	my ($name, $pgdata) = @_;
-	$service{$name} = IPC::Run::start([ $autoctl, 'run', '--pgdata', $pgdata ],
-		'>>', "$base/logs/$name.log", '2>&1');
+	$procs->start($name, [ $autoctl, 'run', '--pgdata', $pgdata ]);
 }
-sub stop_service
-{
-	my ($name) = @_;
-	my $h = delete $service{$name} or return;
-	$h->signal('TERM');
-	eval { $h->finish; 1 } or $h->kill_kill(grace => 30);
-}
+sub stop_service { my ($name) = @_; $procs->stop($name, 60) }
 END
 {
-	stop_service($_) for keys %service;
+	stop_service($_) for $procs->names;
 }
 
 my $pm = free_port();
@@ -271,9 +228,9 @@ poll_until('the old primary is back as a secondary', 180,
 note 'formation: ' . states();
 
 ok($run->pumpable, 'dlock run still runs its child after the switchover');
-my $ticks_before = () = (do { local (@ARGV) = ($child_log); <> });
+my $ticks_before = () = lines_of($child_log);
 sleep 2;
-my $ticks_after = () = (do { local (@ARGV) = ($child_log); <> });
+my $ticks_after = () = lines_of($child_log);
 cmp_ok($ticks_after, '>', $ticks_before, 'and the child goes on writing under the fence');
 is(psql($app, q{SELECT count(*) FROM ha_child c JOIN dlock.leases l ON l.name = 'ha:job'
 		WHERE c.token <> l.token OR l.state <> 'live'}), '0',
@@ -298,7 +255,7 @@ $run->signal('TERM');
 $run->finish;
 # (each line of the child's log: n, the port of the server that acknowledged
 # the write, and when)
-my @acked_lines = do { local (@ARGV) = ($child_log); map { chomp; $_ } <> };
+my @acked_lines = lines_of($child_log);
 my %child_rows = map { $_ => 1 } split /\n/, psql(node_conninfo($alone), 'SELECT n FROM ha_child');
 my @child_missing = grep { !$child_rows{ (split / /)[0] } } @acked_lines;
 is(scalar(@child_missing), 0,

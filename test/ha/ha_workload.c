@@ -30,41 +30,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <libpq-fe.h>
 
-#include "../client.h"
-
-/* one statement; NULL (and the connection dropped) on any error */
-static PGresult *
-exec_or_drop(PGconn **conn, const char *sql, int nparams, const char *const *params)
-{
-	PGresult   *res = PQexecParams(*conn, sql, nparams, NULL, params, NULL, NULL, 0);
-
-	if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
-		return res;
-	PQclear(res);
-	PQfinish(*conn);
-	*conn = NULL;
-	return NULL;
-}
+#include "../lib/dlock_client.h"
 
 static const char *conninfo;
 static const char *run_label;
+static double deadline;
+static int	nnames;
 
 static int
-run_worker(int worker, double deadline, int nnames)
+run_worker(int worker, void *arg)
 {
 	PGconn	   *conn = NULL;
 	char		owner[32];
 	long		seq = 0;
 
+	(void) arg;
 	snprintf(owner, sizeof(owner), "w%d", worker);
 	srandom(worker * 7919 + 1);
-	while (now_s() < deadline)
+	while (dlc_wall_s() < deadline)
 	{
 		char		name[32];
 		char		token[32];
@@ -72,43 +58,34 @@ run_worker(int worker, double deadline, int nnames)
 		char		workertext[16];
 		PGresult   *res;
 
-		if (conn == NULL)
-		{
-			conn = PQconnectdb(conninfo);
-			if (PQstatus(conn) != CONNECTION_OK)
-			{
-				PQfinish(conn);
-				conn = NULL;
-				usleep(100000);
-				continue;
-			}
-		}
+		if (conn == NULL && (conn = dlc_connect_or_pause(conninfo, 100)) == NULL)
+			continue;
 
-		snprintf(name, sizeof(name), "ha:%ld", 1 + random() % nnames);
-		res = exec_or_drop(&conn,
-						   "SELECT token FROM dlock.acquire($1, '5s', $2, timeout => '5s')",
-						   2, (const char *const[]) {name, owner});
+		snprintf(name, sizeof(name), "ha:%d", dlc_pick(nnames));
+		res = dlc_exec_or_drop(&conn,
+							   "SELECT token FROM dlock.acquire($1, '5s', $2, timeout => '5s')",
+							   2, (const char *const[]) {name, owner});
 		if (res == NULL)
 			continue;
-		snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
+		dlc_copy_value(token, sizeof(token), res, 0, 0);
 		PQclear(res);
 		printf("grant %s %s %s\n", name, owner, token);
 
 		seq++;
 		snprintf(seqtext, sizeof(seqtext), "%ld", seq);
 		snprintf(workertext, sizeof(workertext), "%d", worker);
-		res = exec_or_drop(&conn,
-						   "INSERT INTO ha_writes (run, worker, seq, name, token)"
-						   " SELECT $1, $2, $3, $4, $5 WHERE dlock.fence($4, $5)",
-						   5, (const char *const[]) {run_label, workertext, seqtext, name, token});
+		res = dlc_exec_or_drop(&conn,
+							   "INSERT INTO ha_writes (run, worker, seq, name, token)"
+							   " SELECT $1, $2, $3, $4, $5 WHERE dlock.fence($4, $5)",
+							   5, (const char *const[]) {run_label, workertext, seqtext, name, token});
 		if (res == NULL)
 			continue;
 		if (strcmp(PQcmdTuples(res), "1") == 0)
-			printf("write %s %d %ld %s %.3f\n", run_label, worker, seq, token, now_s());
+			printf("write %s %d %ld %s %.3f\n", run_label, worker, seq, token, dlc_wall_s());
 		PQclear(res);
 
-		res = exec_or_drop(&conn, "SELECT dlock.release($1, $2)", 2,
-						   (const char *const[]) {name, owner});
+		res = dlc_exec_or_drop(&conn, DLC_RELEASE_SQL, 2,
+							   (const char *const[]) {name, owner});
 		if (res == NULL)
 			continue;
 		PQclear(res);
@@ -121,10 +98,7 @@ run_worker(int worker, double deadline, int nnames)
 int
 main(int argc, char **argv)
 {
-	int			workers;
-	double		deadline;
-	int			status = 0;
-
+	dlc_progname = "ha_workload";
 	if (argc != 6)
 	{
 		fprintf(stderr, "usage: %s CONNINFO RUN WORKERS SECONDS NAMES\n", argv[0]);
@@ -132,24 +106,8 @@ main(int argc, char **argv)
 	}
 	conninfo = argv[1];
 	run_label = argv[2];
-	workers = atoi(argv[3]);
-	deadline = now_s() + atof(argv[4]);
+	deadline = dlc_wall_s() + atof(argv[4]);
+	nnames = atoi(argv[5]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	for (int w = 0; w < workers; w++)
-	{
-		pid_t		pid = fork();
-
-		if (pid == 0)
-			_exit(run_worker(w, deadline, atoi(argv[5])));
-		if (pid < 0)
-			return 2;
-	}
-	for (int w = 0; w < workers; w++)
-	{
-		int			wstatus;
-
-		if (wait(&wstatus) < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
-			status = 1;
-	}
-	return status;
+	return dlc_run_workers(atoi(argv[3]), run_worker, NULL);
 }

@@ -21,16 +21,16 @@ if [ "${HA_ONLY:-auto_failover}" = auto_failover ]; then
     build_and_install
 
     cc -std=c99 -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" \
-        -o "$WORK/ha_workload" "$SRC_DIR/test/ha/ha_workload.c" \
+        -o "$WORK/ha_workload" "$SRC_DIR/test/ha/ha_workload.c" "$SRC_DIR/test/lib/dlock_client.c" \
         -L"$("$PG_CONFIG" --libdir)" -lpq
-    cp "$SRC_DIR/test/ha/auto_failover.pl" "$SRC_DIR/cli/dlock" "$WORK/"
+    cp "$SRC_DIR/test/ha/auto_failover.pl" "$SRC_DIR/test/perl/DlockHA.pm" "$SRC_DIR/cli/dlock" "$WORK/"
     [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK"
 
     say "pg_auto_failover: monitor and two nodes, switchover, crash of the primary"
     set +e
     (cd "$WORK" && as_run_user env TMPDIR="$WORK" PG_BINDIR="$PG_BINDIR" \
         PG_AUTOCTL="$(command -v pg_autoctl)" DLOCK_CLI="$WORK/dlock" HA_WORKLOAD="$WORK/ha_workload" \
-        prove -v "$WORK/auto_failover.pl") 2>&1 | tee "$WORK/auto_failover.log"
+        prove -v -I "$WORK" "$WORK/auto_failover.pl") 2>&1 | tee "$WORK/auto_failover.log"
     rc=${PIPESTATUS[0]}
     set -e
     cat "$WORK/auto_failover.log" >> "$WORK/ha.log"

@@ -41,6 +41,7 @@ my $includedir = $node->config_data('--includedir');
 my $libdir = $node->config_data('--libdir');
 system($ENV{CC} // 'cc', '-std=c99', '-O2', '-Wall', '-Wextra', '-Werror',
 	"-I$includedir", '-o', $churn, "$ENV{TESTDIR}/test/set_churn.c",
+	"$ENV{TESTDIR}/test/lib/dlock_client.c",
 	"-L$libdir", '-lpq') == 0
   or BAIL_OUT('could not compile test/set_churn.c');
 

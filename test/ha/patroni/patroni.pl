@@ -34,18 +34,18 @@
 # initdb refuses root.  PG_BINDIR names the server's bin directory,
 # DLOCK_CLI the dlock command, HA_WORKLOAD the compiled workload; PATRONI,
 # PATRONICTL and ETCD the programs when they are not on the PATH.
+# DlockHA.pm (test/perl) must be on the module path.
 
 use strict;
 use warnings FATAL => 'all';
 
 use File::Temp qw(tempdir);
-use HTTP::Tiny;
-use IO::Socket::INET;
 use IPC::Run;
-use JSON::PP;
 use List::Util qw(max min);
 use Test::More;
 use Time::HiRes qw(time sleep);
+
+use DlockHA qw(free_port poll_until lines_of postmaster_pid etcd_command etcd_healthy patroni_yaml);
 
 my $started = time;
 # A signal ends the test through the END block, which stops what it started
@@ -62,85 +62,25 @@ delete $ENV{$_} for qw(PGHOST PGPORT PGDATABASE PGUSER PGSERVICE PGDATA PGTARGET
 $ENV{PATH} = "$bindir:$ENV{PATH}";
 my $user = getpwuid($<);
 
-# free_port - a port nobody listens on at 127.0.0.1
-my %taken;
-sub free_port
-{
-	for my $port (map { 20000 + int(rand(20000)) } 1 .. 200)
-	{
-		next if $taken{$port};
-		my $sock = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
-			Proto => 'tcp', ReuseAddr => 0);
-		next unless $sock;
-		close $sock;
-		$taken{$port} = 1;
-		return $port;
-	}
-	die 'no free port';
-}
-
-# psql - run SQL (given on stdin, so that it may be long) against a conninfo;
-# a psql that cannot connect exits before reading it, which must not kill
-# the test with SIGPIPE
-sub psql
-{
-	my ($conninfo, $sql) = @_;
-	my ($out, $err) = ('', '');
-	local $SIG{PIPE} = 'IGNORE';
-	my $ok = eval {
-		IPC::Run::run([ "$bindir/psql", '-X', '-At', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conninfo ],
-			'<', \$sql, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
-	};
-	$err .= $@ if $@;
-	chomp $out;
-	return wantarray ? ($ok && $? == 0, $out, $err) : $out;
-}
-
-sub poll_until
-{
-	my ($what, $seconds, $check) = @_;
-	my $until = time + $seconds;
-	while (time < $until)
-	{
-		my $ok = eval { $check->() };
-		return 1 if $ok;
-		sleep 0.2;
-	}
-	die "timed out after $seconds s: $what";
-}
+sub psql { return DlockHA::psql($bindir, @_) }
 
 # Every service runs in the foreground under us and is stopped by its pid
-my %service;
-sub run_service
-{
-	my ($name, @cmd) = @_;
-	$service{$name} = IPC::Run::start([@cmd], '>>', "$base/logs/$name.log", '2>&1');
-}
-sub stop_service
-{
-	my ($name) = @_;
-	my $h = delete $service{$name} or return;
-	$h->signal('TERM');
-	eval { $h->finish; 1 } or $h->kill_kill(grace => 30);
-}
+my $procs = DlockHA::Procs->new(logdir => "$base/logs");
+sub run_service { my ($name, @cmd) = @_; $procs->start($name, [@cmd]) }
+sub stop_service { my ($name) = @_; $procs->stop($name, 60) }
 my @runs;    # dlock run harnesses still running
 END
 {
 	for my $h (@runs) { eval { $h->signal('TERM') if $h->pumpable; $h->finish if $h->pumpable; 1 } or eval { $h->kill_kill(grace => 5) } }
-	stop_service($_) for grep { /^node/ } keys %service;
-	stop_service($_) for keys %service;
+	stop_service($_) for grep { /^node/ } $procs->names;
+	stop_service($_) for $procs->names;
 }
 
 # ---- etcd and three Patroni nodes ----
 my ($etcd_client, $etcd_peer) = (free_port(), free_port());
-run_service('etcd', $etcd, '--name', 'dlock-ha', '--data-dir', "$base/etcd",
-	'--listen-client-urls', "http://127.0.0.1:$etcd_client",
-	'--advertise-client-urls', "http://127.0.0.1:$etcd_client",
-	'--listen-peer-urls', "http://127.0.0.1:$etcd_peer",
-	'--initial-advertise-peer-urls', "http://127.0.0.1:$etcd_peer",
-	'--initial-cluster', "dlock-ha=http://127.0.0.1:$etcd_peer", '--log-level', 'warn');
-my $http = HTTP::Tiny->new(timeout => 2);
-poll_until('etcd answers', 30, sub { $http->get("http://127.0.0.1:$etcd_client/health")->{content} =~ /"health":"true"/ });
+run_service('etcd', etcd_command($etcd, name => 'dlock-ha', data_dir => "$base/etcd",
+	client_port => $etcd_client, peer_port => $etcd_peer));
+poll_until('etcd answers', 30, sub { etcd_healthy("127.0.0.1:$etcd_client") });
 
 # Patroni's settings: a leader key of 10 s checked every second, so that a
 # crash is noticed at once; primary_start_timeout 0, so that a crashed
@@ -153,92 +93,27 @@ my (%pgport, %apiport);
 for my $node (@nodes)
 {
 	($pgport{$node}, $apiport{$node}) = (free_port(), free_port());
-	my $yml = <<"EOF";
-scope: dlock-ha
-namespace: /dlock/
-name: $node
-restapi:
-  listen: 127.0.0.1:$apiport{$node}
-  connect_address: 127.0.0.1:$apiport{$node}
-etcd3:
-  host: 127.0.0.1:$etcd_client
-bootstrap:
-  dcs:
-    ttl: 10
-    loop_wait: 1
-    retry_timeout: 3
-    maximum_lag_on_failover: 16777216
-    primary_start_timeout: 0
-    synchronous_mode: true
-    synchronous_mode_strict: true
-    postgresql:
-      use_pg_rewind: true
-      use_slots: true
-      parameters:
-        shared_preload_libraries: dlock
-        wal_keep_size: 256MB
-        max_connections: 60
-  initdb:
-    - encoding: UTF8
-    - auth: trust
-postgresql:
-  listen: 127.0.0.1:$pgport{$node}
-  connect_address: 127.0.0.1:$pgport{$node}
-  data_dir: $base/$node
-  bin_dir: $bindir
-  pgpass: $base/$node.pgpass
-  authentication:
-    superuser:
-      username: $user
-    replication:
-      username: replicator
-  parameters:
-    unix_socket_directories: '$base'
-  pg_hba:
-    - local all all trust
-    - local replication all trust
-    - host all all 127.0.0.1/32 trust
-    - host replication all 127.0.0.1/32 trust
-watchdog:
-  mode: off
-EOF
+	my $yml = patroni_yaml(scope => 'dlock-ha', namespace => '/dlock/', name => $node,
+		api => "127.0.0.1:$apiport{$node}", etcd => "127.0.0.1:$etcd_client",
+		dcs => [ ttl => 10, loop_wait => 1, retry_timeout => 3, maximum_lag_on_failover => 16777216,
+			primary_start_timeout => 0, synchronous_mode => 'true', synchronous_mode_strict => 'true' ],
+		parameters => [ max_connections => 60 ],
+		listen => "127.0.0.1:$pgport{$node}", data_dir => "$base/$node", bin_dir => $bindir,
+		pgpass => "$base/$node.pgpass", superuser => $user, rewind => undef, socket_dir => $base,
+		network => '127.0.0.1/32');
 	open my $fh, '>', "$base/$node.yml" or die $!;
 	print $fh $yml;
 	close $fh;
 }
 run_service($_, $patroni, "$base/$_.yml") for @nodes;
 
-# members - {name => {role, state, timeline, ...}} from any node that answers
-sub members
-{
-	for my $node (@nodes)
-	{
-		my $r = $http->get("http://127.0.0.1:$apiport{$node}/cluster");
-		next unless $r->{success};
-		return { map { $_->{name} => $_ } @{ decode_json($r->{content})->{members} } };
-	}
-	return {};
-}
-sub describe
-{
-	my $m = members();
-	return join ' ', map { "$_:$m->{$_}{role}/$m->{$_}{state}" } sort keys %$m;
-}
+my $cluster = DlockHA::Patroni->new(nodes => \@nodes, conninfo => \&conninfo, psql => \&psql,
+	api => { map { $_ => "127.0.0.1:$apiport{$_}" } @nodes });
+sub members { return $cluster->members }
+sub describe { return $cluster->describe }
 # leader - the node whose PostgreSQL is the running, writable leader
-sub leader
-{
-	my $m = members();
-	my ($l) = grep { $m->{$_}{role} eq 'leader' && $m->{$_}{state} eq 'running' } keys %$m;
-	return undef unless $l;
-	return $l if psql(conninfo($l), 'SELECT NOT pg_is_in_recovery()') eq 't';
-	return undef;
-}
-sub replicas_streaming
-{
-	my ($n) = @_;
-	my $m = members();
-	return $n == grep { $m->{$_}{role} =~ /replica|standby/ && $m->{$_}{state} =~ /^(streaming|running)$/ } keys %$m;
-}
+sub leader { return $cluster->leader }
+sub replicas_streaming { my ($n) = @_; return $cluster->replicas_streaming == $n }
 sub conninfo { return "host=127.0.0.1 port=$pgport{$_[0]} dbname=postgres connect_timeout=5" }
 sub patronictl
 {
@@ -298,7 +173,6 @@ sub start_job
 	  or BAIL_OUT("dlock run did not start its child: $@\n" . `cat $job{err}`);
 	return \%job;
 }
-sub lines_of { my ($f) = @_; return () unless -e $f; open my $fh, '<', $f or die $!; chomp(my @l = <$fh>); return @l; }
 sub job_ticks { return scalar lines_of($_[0]{log}) }
 
 # start_waiting_run - a dlock run --wait started while there may be no
@@ -454,7 +328,7 @@ sub crash
 {
 	my ($label, $old) = @_;
 	my @walsenders = split /\n/, psql(conninfo($old), 'SELECT pid FROM pg_stat_replication');
-	my ($pid) = lines_of("$base/$old/postmaster.pid");
+	my $pid = postmaster_pid("$base/$old");
 	note "$label: walsenders (@walsenders) stopped for 1 s, then kill -9 of $old\'s postmaster ($pid)";
 	kill 'STOP', @walsenders;
 	sleep 1;
@@ -532,16 +406,14 @@ $job->{h}->kill_kill(grace => 5) if $job->{h}->pumpable;
 sub lose_node
 {
 	my ($node) = @_;
-	my ($pid) = lines_of("$base/$node/postmaster.pid");
-	$service{$node}->signal('KILL');
+	my $pid = postmaster_pid("$base/$node");
+	$procs->kill9($node);
 	kill 'KILL', $pid or die "kill $pid: $!";
-	eval { $service{$node}->finish };
-	delete $service{$node};
 }
 rejoined('after the async crash');
 my $d0 = leader();
 my ($d1, $d2) = grep { $_ ne $d0 } @nodes;
-$service{$d2}->signal('STOP');
+$procs->signal($d2, 'STOP');
 lose_node($d0);
 poll_until("double: $d1 leads", 120, sub { my $l = leader(); $l && $l eq $d1 });
 my $c1 = conninfo($d1);
@@ -555,7 +427,7 @@ for my $i (1 .. 20)
 is(scalar(grep { $_->[1] =~ /^\d+$/ } @second), 20, "double: $d1, the first new leader, granted 20 names");
 push @given, map { [ $_->[1], $pgport{$d1}, $_->[0], $_->[2] ] } @second;
 lose_node($d1);
-$service{$d2}->signal('CONT');
+$procs->signal($d2, 'CONT');
 poll_until("double: $d2 leads", 180, sub { my $l = leader(); $l && $l eq $d2 });
 my $c2 = conninfo($d2);
 is(psql($c2, 'CHECKPOINT; SELECT timeline_id FROM pg_control_checkpoint()'), $tl1,
@@ -576,7 +448,7 @@ $double_owners{"$_->[2] $_->[0]"}{ $_->[3] } = 1 for @given;
 is(scalar(@double_twice), 0, 'double: no name\'s token was given to two owners')
   or diag 'given twice: ' . join(', ', @double_twice[ 0 .. min(9, $#double_twice) ]);
 
-stop_service($_) for grep { $service{$_} } @nodes;
+stop_service($_) for grep { $procs->pid_of($_) } @nodes;
 stop_service('etcd');
 note '| round | new leader after | acknowledged grants | keeper grants lost | acknowledged fenced writes | missing | longest pause in acknowledged writes |';
 for my $label (qw(sync-switchover sync-crash async-switchover async-crash))

@@ -30,9 +30,9 @@ build_and_install
 WORK=$(make_work_dir)
 trap 'rm -rf "$WORK"' EXIT
 cc -std=c99 -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" \
-    -o "$WORK/workload" "$SRC_DIR/test/ha/patroni/workload.c" \
+    -o "$WORK/workload" "$SRC_DIR/test/ha/patroni/workload.c" "$SRC_DIR/test/lib/dlock_client.c" \
     -L"$("$PG_CONFIG" --libdir)" -lpq
-cp "$SRC_DIR/test/ha/patroni/patroni.pl" "$SRC_DIR/cli/dlock" "$WORK/"
+cp "$SRC_DIR/test/ha/patroni/patroni.pl" "$SRC_DIR/test/perl/DlockHA.pm" "$SRC_DIR/cli/dlock" "$WORK/"
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK"
 
 say "Patroni: etcd and three nodes, switchover and crash of the leader, synchronous mode on and off"
@@ -40,7 +40,7 @@ set +e
 (cd "$WORK" && as_run_user env TMPDIR="$WORK" PG_BINDIR="$PG_BINDIR" \
     PATRONI="$(command -v patroni)" PATRONICTL="$(command -v patronictl)" ETCD="$(command -v etcd)" \
     DLOCK_CLI="$WORK/dlock" HA_WORKLOAD="$WORK/workload" \
-    prove -v "$WORK/patroni.pl") 2>&1 | tee "$WORK/patroni.log"
+    prove -v -I "$WORK" "$WORK/patroni.pl") 2>&1 | tee "$WORK/patroni.log"
 rc=${PIPESTATUS[0]}
 set -e
 passed=$(grep -cE '^ok [0-9]+' "$WORK/patroni.log" || true)

@@ -37,24 +37,24 @@
  */
 #define _DEFAULT_SOURCE
 
-#include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <libpq-fe.h>
 
-#include "../../client.h"
+#include "../../lib/dlock_client.h"
 
 static const char *conninfo;
 static const char *run_label;
+static int	workers;
+static int	nnames;
 static volatile sig_atomic_t stopping = 0;
 static pid_t *children;
 static int	nchildren;
+static sigset_t term;
 
 /* in a child: end the loop after the statement in progress */
 static void
@@ -73,40 +73,20 @@ on_term_parent(int signo)
 			kill(children[c], signo);
 }
 
-/* one statement; NULL (and the connection dropped) on any error */
-static PGresult *
-exec_or_drop(PGconn **conn, const char *sql, int nparams, const char *const *params)
-{
-	PGresult   *res = PQexecParams(*conn, sql, nparams, NULL, params, NULL, NULL, 0);
-
-	if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
-		return res;
-	PQclear(res);
-	PQfinish(*conn);
-	*conn = NULL;
-	return NULL;
-}
-
 /* a connection to the leader, or false after a short pause */
 static bool
 connected(PGconn **conn)
 {
-	if (*conn != NULL)
-		return true;
-	*conn = PQconnectdb(conninfo);
-	if (PQstatus(*conn) == CONNECTION_OK)
-		return true;
-	PQfinish(*conn);
-	*conn = NULL;
-	usleep(100000);
-	return false;
+	if (*conn == NULL)
+		*conn = dlc_connect_or_pause(conninfo, 100);
+	return *conn != NULL;
 }
 
 static const char *const acquire_sql =
 "SELECT token, inet_server_port() FROM dlock.acquire($1, $2::interval, $3, timeout => '5s')";
 
 static void
-run_worker(int worker, int nnames)
+run_worker(int worker)
 {
 	PGconn	   *conn = NULL;
 	long		seq = 0;
@@ -125,32 +105,32 @@ run_worker(int worker, int nnames)
 		if (!connected(&conn))
 			continue;
 		seq++;
-		snprintf(name, sizeof(name), "ha:%ld", 1 + random() % nnames);
+		snprintf(name, sizeof(name), "ha:%d", dlc_pick(nnames));
 		snprintf(owner, sizeof(owner), "w%d.%ld", worker, seq);
-		res = exec_or_drop(&conn, acquire_sql, 3, (const char *const[]) {name, "5s", owner});
+		res = dlc_exec_or_drop(&conn, acquire_sql, 3, (const char *const[]) {name, "5s", owner});
 		if (res == NULL)
 			continue;
-		snprintf(token, sizeof(token), "%s", PQgetvalue(res, 0, 0));
-		snprintf(port, sizeof(port), "%s", PQgetvalue(res, 0, 1));
+		dlc_copy_value(token, sizeof(token), res, 0, 0);
+		dlc_copy_value(port, sizeof(port), res, 0, 1);
 		PQclear(res);
-		printf("grant lock %s %s %s %s %.3f\n", name, owner, token, port, now_s());
+		printf("grant lock %s %s %s %s %.3f\n", name, owner, token, port, dlc_wall_s());
 
 		snprintf(seqtext, sizeof(seqtext), "%ld", seq);
 		snprintf(workertext, sizeof(workertext), "%d", worker);
-		res = exec_or_drop(&conn,
-						   "INSERT INTO ha_writes (run, worker, seq, name, token)"
-						   " SELECT $1, $2, $3, $4, $5 WHERE dlock.fence($4, $5)"
-						   " RETURNING inet_server_port()",
-						   5, (const char *const[]) {run_label, workertext, seqtext, name, token});
+		res = dlc_exec_or_drop(&conn,
+							   "INSERT INTO ha_writes (run, worker, seq, name, token)"
+							   " SELECT $1, $2, $3, $4, $5 WHERE dlock.fence($4, $5)"
+							   " RETURNING inet_server_port()",
+							   5, (const char *const[]) {run_label, workertext, seqtext, name, token});
 		if (res == NULL)
 			continue;
 		if (PQntuples(res) == 1)
 			printf("write %s %d %ld %s %s %s %.3f\n", run_label, worker, seq, name, token,
-				   PQgetvalue(res, 0, 0), now_s());
+				   PQgetvalue(res, 0, 0), dlc_wall_s());
 		PQclear(res);
 
-		res = exec_or_drop(&conn, "SELECT dlock.release($1, $2)", 2,
-						   (const char *const[]) {name, owner});
+		res = dlc_exec_or_drop(&conn, DLC_RELEASE_SQL, 2,
+							   (const char *const[]) {name, owner});
 		if (res != NULL)
 			PQclear(res);
 	}
@@ -174,25 +154,36 @@ run_keeper(int keeper)
 		seq++;
 		snprintf(name, sizeof(name), "keep:%s:%d:%ld", run_label, keeper, seq);
 		snprintf(owner, sizeof(owner), "k%d", keeper);
-		res = exec_or_drop(&conn, acquire_sql, 3, (const char *const[]) {name, "1h", owner});
+		res = dlc_exec_or_drop(&conn, acquire_sql, 3, (const char *const[]) {name, "1h", owner});
 		if (res == NULL)
 			continue;
 		printf("grant keep %s %s %s %s %.3f\n", name, owner, PQgetvalue(res, 0, 0),
-			   PQgetvalue(res, 0, 1), now_s());
+			   PQgetvalue(res, 0, 1), dlc_wall_s());
 		PQclear(res);
 	}
 	PQfinish(conn);
 }
 
+/* a child: a worker or a keeper, ended by SIGTERM */
+static int
+run_child(int p, void *arg)
+{
+	(void) arg;
+	dlc_catch_signal(SIGTERM, on_term);
+	sigprocmask(SIG_UNBLOCK, &term, NULL);
+	if (p < workers)
+		run_worker(p);
+	else
+		run_keeper(p - workers);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
-	int			workers;
-	int			keepers;
-	int			status = 0;
-	struct sigaction sa;
-	sigset_t	term;
+	int			status;
 
+	dlc_progname = "workload";
 	if (argc != 6)
 	{
 		fprintf(stderr, "usage: %s CONNINFO RUN WORKERS KEEPERS NAMES\n", argv[0]);
@@ -201,11 +192,8 @@ main(int argc, char **argv)
 	conninfo = argv[1];
 	run_label = argv[2];
 	workers = atoi(argv[3]);
-	keepers = atoi(argv[4]);
-	nchildren = workers + keepers;
-	children = calloc(nchildren, sizeof(pid_t));
-	if (children == NULL)
-		return 2;
+	nchildren = workers + atoi(argv[4]);
+	nnames = atoi(argv[5]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	/*
@@ -216,42 +204,12 @@ main(int argc, char **argv)
 	sigemptyset(&term);
 	sigaddset(&term, SIGTERM);
 	sigprocmask(SIG_BLOCK, &term, NULL);
-	memset(&sa, 0, sizeof(sa));
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_term_parent;
-	sigaction(SIGTERM, &sa, NULL);
-	for (int p = 0; p < nchildren; p++)
-	{
-		pid_t		pid = fork();
-
-		if (pid == 0)
-		{
-			sa.sa_handler = on_term;
-			sigaction(SIGTERM, &sa, NULL);
-			sigprocmask(SIG_UNBLOCK, &term, NULL);
-			if (p < workers)
-				run_worker(p, atoi(argv[5]));
-			else
-				run_keeper(p - workers);
-			fflush(stdout);
-			_exit(0);
-		}
-		if (pid < 0)
-			return 2;
-		children[p] = pid;
-	}
+	dlc_catch_signal(SIGTERM, on_term_parent);
+	children = dlc_fork_workers(nchildren, run_child, NULL);
+	if (children == NULL)
+		return 2;
 	sigprocmask(SIG_UNBLOCK, &term, NULL);
-	for (int p = 0; p < nchildren; p++)
-	{
-		int			wstatus;
-
-		pid_t		got;
-
-		do
-			got = waitpid(children[p], &wstatus, 0);
-		while (got < 0 && errno == EINTR);	/* SIGTERM, passed on */
-		if (got < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
-			status = 1;
-	}
-	return status;
+	/* a SIGTERM that interrupts the wait was passed on by on_term_parent */
+	status = dlc_wait_workers(children, nchildren, 0);
+	return status == 0 ? 0 : 1;
 }
