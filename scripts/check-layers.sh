@@ -102,7 +102,9 @@ sub place
 
 # defined and used symbols of each object file
 my (%defines, %uses);
-my @objects = (glob("$obj_dir/*/*.o"), glob("$obj_dir/*.o"));
+# (of src/ itself only the entry point: other objects there are left over
+# from a build of another layout)
+my @objects = (glob("$obj_dir/*/*.o"), grep { -e } "$obj_dir/dlock.o");
 die "no object files in $obj_dir (run make first)\n" unless @objects;
 for my $o (@objects)
 {
