@@ -522,7 +522,10 @@ dlock_acquire(PG_FUNCTION_ARGS)
 			SleepUntil(wait.until, limit);
 	}
 
-	/* The one exit: the lease, or 55P03 (the queue is left at the abort) */
+	/*
+	 * The one exit: the lease, or 55P03 from AcquireTimedOut (the queue is
+	 * left at the abort)
+	 */
 	error_context_stack = waitcontext.previous;
 	if (outcome != GRANT_DONE)
 		AcquireTimedOut(&req.name, &req.kind, outcome, wait_start);

@@ -27,7 +27,7 @@ extern void AcquireWaitBegins(const LeaseName *name, TimestampTz *wait_start);
 extern void AcquireWaitEnded(const LeaseName *name, TimestampTz wait_start);
 extern void AcquireTimedOut(const LeaseName *name, const LeaseKind *kind,
 							GrantOutcome outcome,
-							TimestampTz wait_start) pg_attribute_noreturn();
+							TimestampTz wait_start);
 extern void AcquireErrorContext(void *arg);
 
 #endif							/* DLOCK_SQL_H */
