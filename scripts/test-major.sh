@@ -11,6 +11,9 @@
 #     without and with dlock in shared_preload_libraries (PRELOADED=1)
 #   - the test build (DLOCK_TEST_HOOKS=1): the isolation suite with the
 #     specs that drive its pause points, without and with dlock preloaded
+#   - the SQL edition (sql-edition/dlock.sql): the regression files and
+#     the isolation specs against it, on a copy of the major's installation
+#     without dlock's files (scripts/test-sql-edition.sh)
 #   - the TAP suite (the upgrade walk test/t/009_upgrade.pl among them) when
 #     the major ships PostgreSQL::Test::Cluster (from 15 on);
 #     DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves some
@@ -22,7 +25,7 @@
 #
 # DLOCK_SUITES names the suites to run, all but assert by default: regress
 # regress-preloaded isolation isolation-preloaded isolation-test-build
-# isolation-test-build-preloaded tap (and assert).  The build, its
+# isolation-test-build-preloaded sql-edition tap (and assert).  The build, its
 # warnings, its exports and its layers (scripts/check-layers.sh) are
 # checked whatever it names.  The same names are in the suites column of
 # .ci/majors, where .ci/run finds which of them to run on each major
@@ -33,7 +36,7 @@
 # the clusters.
 
 KNOWN_SUITES="regress regress-preloaded isolation isolation-preloaded isolation-test-build"
-KNOWN_SUITES="$KNOWN_SUITES isolation-test-build-preloaded tap assert"
+KNOWN_SUITES="$KNOWN_SUITES isolation-test-build-preloaded sql-edition tap assert"
 if [ "${1:-}" = --suites ]; then
     echo "$KNOWN_SUITES"
     exit 0
@@ -112,6 +115,25 @@ if wanted assert; then
     run_suite regress-assert installcheck ISOLATION= TAP_TESTS=
     run_suite isolation-assert installcheck REGRESS= TAP_TESTS=
     tap_check "PostgreSQL $PG_MAJOR: the normal build installs again" build
+fi
+
+# The SQL edition needs no build: its script runs on a copy of the
+# installation that has dlock's files taken out, as a managed service has
+# none (what the builds above installed is left as it is)
+if wanted sql-edition; then
+    say "PostgreSQL $PG_MAJOR: sql-edition"
+    out=$WORK/sql-edition.out
+    set +e
+    env PG_MAJOR="$PG_MAJOR" PG_CONFIG="$PG_CONFIG" bash "$WORK/src/scripts/test-sql-edition.sh" >"$out" 2>&1
+    rc=$?
+    set -e
+    tap_results "$out"
+    failed_before=$failed
+    tap_count "$rc" "$out" summary
+    # a failure: what it said besides its result lines (the diffs among it)
+    if [ "$failed" -gt "$failed_before" ]; then
+        grep -vE '\.\.\. ok|^ok [0-9]+ ' "$out" | head -n 300 || true
+    fi
 fi
 
 if wanted tap; then

@@ -11,6 +11,10 @@
 
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+# The server and psql, and pg_regress and the isolation tester, which come
+# with the headers (PostgreSQL 13's tester: see scripts/chroot.sh); not what
+# the C edition's TAP tests start
+DEBIAN_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR")
 ensure_packages
 
 WORK=$(make_work_dir)
@@ -27,6 +31,24 @@ for d in "$(dirname "$bindir")" "$pkglibdir" "$sharedir" "$includedir"; do
 done
 rm -f "$root$pkglibdir"/dlock.so "$root$sharedir"/extension/dlock.control \
     "$root$sharedir"/extension/dlock--*.sql
+# Debian's pg_config of PostgreSQL 13 prints the paths it was built with
+# wherever it is run from (its server and other programs do find theirs
+# relative to where they are): there, the copy's pg_config becomes a
+# wrapper that prints the copy's paths, so that the tests use the copy
+if [ "$("$root$bindir/pg_config" --bindir)" != "$root$bindir" ]; then
+    mv "$root$bindir/pg_config" "$root$bindir/pg_config.built"
+    {
+        echo '#!/bin/sh'
+        printf '"%s" "$@" | sed' "$root$bindir/pg_config.built"
+        for d in "$(dirname "$bindir")" "$sharedir" "$includedir"; do
+            printf " -e 's|^%s|%s|'" "$d" "$root$d"
+        done
+        echo
+    } >"$root$bindir/pg_config"
+    chmod 755 "$root$bindir/pg_config"
+    [ "$("$root$bindir/pg_config" --pkglibdir)" = "$root$pkglibdir" ] ||
+        { echo "$root$bindir/pg_config does not print the copy's paths" >&2; exit 1; }
+fi
 mkdir "$WORK/src"
 tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.so' -cf - sql-edition test/sql test/expected test/specs Makefile dlock.control |
     tar -C "$WORK/src" -xf -

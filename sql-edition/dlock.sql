@@ -389,7 +389,11 @@ BEGIN
 END
 $$;
 
--- An interval without a month part in microseconds, saturating
+-- An interval without a month part in microseconds, saturating.  The month
+-- field (which holds the years too) is read from the binary form, here and
+-- in the checks written out in the functions below: extract(month/year ...)
+-- splits the whole interval into fields first, which before PostgreSQL 15
+-- fails (22008) when the interval has more than 2^31 - 1 hours
 CREATE FUNCTION dlock._interval_us(span interval, argname text)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE
@@ -401,7 +405,7 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = argname || ' must be finite';
   END IF;
-  IF extract(year FROM span) <> 0 OR extract(month FROM span) <> 0 THEN
+  IF substr(interval_send(span), 13) <> int4send(0) THEN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
       MESSAGE = argname || ' must not have a month or year part',
       DETAIL = format('Months have no fixed length; give the %s in days, hours, minutes or seconds.', argname);
@@ -584,7 +588,7 @@ BEGIN
   IF current_setting('dlock.max_ttl', true) <> '' THEN
     max_s := dlock._max_ttl_s();
   END IF;
-  IF ttl IS NULL OR NOT isfinite(ttl) OR extract(year FROM ttl) <> 0 OR extract(month FROM ttl) <> 0 THEN
+  IF ttl IS NULL OR NOT isfinite(ttl) OR substr(interval_send(ttl), 13) <> int4send(0) THEN
     q.ttl_us := dlock._ttl_us(ttl);
   ELSE
     secs := extract(epoch FROM ttl);
@@ -2203,7 +2207,7 @@ BEGIN
        OR try_acquire.lock_delay IS NOT NULL OR try_acquire.session_bound IS DISTINCT FROM false
        OR octet_length(try_acquire.value) > 1024 OR try_acquire.queue IS DISTINCT FROM false
        OR try_acquire.shared IS DISTINCT FROM false OR try_acquire.max_holders IS DISTINCT FROM 1
-       OR NOT isfinite(ttl) OR extract(month FROM ttl) <> 0 OR extract(year FROM ttl) <> 0
+       OR NOT isfinite(ttl) OR substr(interval_send(ttl), 13) <> int4send(0)
        OR false
        OR coalesce(current_setting('dlock.max_ttl', true), '') <> ''
        OR coalesce(current_setting('dlock.default_lock_delay', true), '') <> ''
@@ -2369,9 +2373,9 @@ BEGIN
        OR acquire.lock_delay IS NOT NULL OR acquire.session_bound IS DISTINCT FROM false
        OR octet_length(acquire.value) > 1024 OR false IS DISTINCT FROM false
        OR acquire.shared IS DISTINCT FROM false OR acquire.max_holders IS DISTINCT FROM 1
-       OR NOT isfinite(ttl) OR extract(month FROM ttl) <> 0 OR extract(year FROM ttl) <> 0
-       OR (acquire.timeout IS NOT NULL AND (NOT isfinite(acquire.timeout) OR extract(month FROM acquire.timeout) <> 0
-                                      OR extract(year FROM acquire.timeout) <> 0 OR acquire.timeout < '0'))
+       OR NOT isfinite(ttl) OR substr(interval_send(ttl), 13) <> int4send(0)
+       OR (acquire.timeout IS NOT NULL AND (NOT isfinite(acquire.timeout) OR substr(interval_send(acquire.timeout), 13) <> int4send(0)
+                                      OR acquire.timeout < '0'))
        OR coalesce(current_setting('dlock.max_ttl', true), '') <> ''
        OR coalesce(current_setting('dlock.default_lock_delay', true), '') <> ''
        OR current_setting('transaction_isolation') <> 'read committed'

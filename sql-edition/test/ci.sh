@@ -34,17 +34,28 @@ PGPID=$(head -1 "$WORK/data/postmaster.pid")
 export PGHOST=$WORK PGUSER=postgres PGPORT=5432
 
 passed=0 failed=0
-count() {  # count LOG: add the tests that passed and failed
+# count LOG: add the tests that passed and failed, as pg_regress prints
+# them up to PostgreSQL 15 ("test api ... ok", "... FAILED") and as TAP
+# from 16 on ("ok 1 - api", "not ok 1 - api")
+count() {
   local p f
-  p=$(grep -cE '^(test|ok)\b.* \.\.\. ok' "$1")
-  f=$(grep -cE '^(test|not ok)\b.* \.\.\. FAILED' "$1")
+  p=$(grep -cE '^test .* \.\.\. ok|^ok [0-9]+ ' "$1")
+  f=$(grep -cE '^test .* \.\.\. FAILED|^not ok [0-9]+ ' "$1")
   passed=$((passed + p)); failed=$((failed + f))
 }
 for as in owner superuser; do
   echo "== tests as the $as"
+  failed_before=$failed
   DLOCK_SQL_AS=$as DLOCK_SQL_OUT="$WORK/out-$as" bash "$HERE/run.sh" all 2>&1 | tee "$WORK/$as.log"
+  rc=${PIPESTATUS[0]}
   count "$WORK/$as.log"
-  if grep -q FAILED "$WORK/$as.log"; then
+  # a run that failed with no test failed (the install, say) is a failure,
+  # not a run with nothing to count
+  if [ "$rc" -ne 0 ] && [ "$failed" -eq "$failed_before" ]; then
+    echo "# sql-edition/test/run.sh as the $as failed (exit status $rc) before a test failed"
+    failed=$((failed + 1))
+  fi
+  if grep -qE 'FAILED|^not ok [0-9]+ ' "$WORK/$as.log"; then
     cat "$WORK"/out-$as/*/regression.diffs 2>/dev/null
   fi
 done

@@ -10,9 +10,10 @@
 #   DLOCK_SQL_ROLE (default dlock_sql_owner): LOGIN CREATEROLE CREATEDB, no superuser,
 #     as a managed service's administrator role
 #   DLOCK_SQL_DB   (default contrib_regression, the name pg_regress gives its own): owned by that role; made afresh
-#   DLOCK_SQL_AS   (default owner): the role the tests run as.  On
-#     PostgreSQL 15 and before a CREATEROLE role cannot SET ROLE to the roles
-#     it creates, which several files do; "superuser" runs them as PGUSER
+#   DLOCK_SQL_AS   (default owner): the role the tests run as.  A
+#     CREATEROLE role cannot SET ROLE to the roles it creates (up to
+#     PostgreSQL 15 at all; from 16 on, unless createrole_self_grant says
+#     "set"), which several files do; "superuser" runs them as PGUSER
 #     instead (the functions still run as the role that installed them).
 # PG_CONFIG names the installation whose pg_regress, pg_isolation_regress and
 # psql run.  The SQL edition's expected files (sql-edition/expected/) stand
@@ -97,7 +98,7 @@ if [ "$WHAT" = regress ] || [ "$WHAT" = all ]; then
   if [ "$WHAT" = regress ] && [ $# -gt 0 ]; then tests=("$@"); else
     tests=($(sed -nE 's/^REGRESS *= *//p' "$ROOT/Makefile") conflicts); fi
   # security.sql sets the role to roles it creates and makes databases
-  # owned by them, which a CREATEROLE role may not before PostgreSQL 16, and
+  # owned by them, which a CREATEROLE role may not (see DLOCK_SQL_AS), and
   # transactions.sql reads pg_backend_memory_contexts, which only superusers
   # may: they run as PGUSER (the functions still run as the role that
   # installed them)
