@@ -41,6 +41,9 @@ as_root make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" DLOCK_TEST_HOOKS=1 install
 run_suite isolation-test-build installcheck REGRESS= TAP_TESTS= DLOCK_TEST_HOOKS=1
 as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" clean >/dev/null
 build_and_install
+# The clean took the copy's dlock command with it, which the TAP tests of
+# the command run (test/t/007, 018, 024 skip without it): built again there
+as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" cli/dlock >/dev/null
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
 # run_check TITLE SUMMARY-REGEX COMMAND...: a whole-program check that
