@@ -16,8 +16,11 @@
 #  - loss(PERCENT, ROLES): nftables drops that share of the packets coming
 #    into each role (numgen random);
 #  - throttle(RATE, LATENCY, ROLES): each role's outgoing link is a slow
-#    token bucket (tc tbf) whose queue delays packets and drops the excess
-#    (the stand-in for tc netem's delay, which not every kernel has);
+#    token bucket (tc tbf) whose queue delays packets and drops the excess;
+#  - delay(MS, JITTER_MS, ROLES): each role's outgoing TCP packets are held
+#    that long by delay.c, fed by an iptables NFQUEUE rule (tc netem's
+#    delay does the same, but not every kernel has sch_netem, nor nftables'
+#    queue expression: the iptables target is what works on both);
 #  - pause/resume of processes (SIGSTOP, SIGCONT);
 #  - clock(NODE, SPEC): the libfaketime setting of the node's PostgreSQL,
 #    read again by its processes every second;
@@ -49,7 +52,7 @@ sub new
 	my ($class, %a) = @_;
 	my $self = bless {
 		tag => $a{tag}, work => $a{work}, bindir => $a{bindir}, user => $a{user},
-		patroni => $a{patroni}, etcd => $a{etcd}, faketime => $a{faketime},
+		patroni => $a{patroni}, etcd => $a{etcd}, faketime => $a{faketime}, delay => $a{delay},
 		procs => DlockHA::Procs->new(logdir => "$a{work}/logs"), faults => {},
 		cluster => DlockHA::Patroni->new(nodes => \@NODES,
 			api => { map { $_ => "$ADDR{$_}:8008" } @NODES },
@@ -75,14 +78,16 @@ sub cmd_in
 }
 
 # start - a process in ROLE's namespace, logged to logs/NAME.log; its pid.
-# Its standard input is an open, empty pipe, as this suite has always given
-# it (DlockHA::Procs says what that does to the backends a dead postmaster
-# leaves; the kill9-postmaster nemesis ends those itself).
+# Its standard input is /dev/null (DlockHA::Procs's default): Patroni hands
+# its own to the postmaster, and a backend that waited for a synchronous
+# standby when its postmaster was killed reads its next command from there.
+# At the end of /dev/null it exits; an open pipe would keep it, with the
+# node's shared memory, and Patroni could not start the node again.
 sub start
 {
 	my ($self, $name, $role, $user, $env, @cmd) = @_;
 	my @env = map { "$_=$env->{$_}" } sort keys %{ $env // {} };
-	return $self->{procs}->start($name, [ $self->cmd_in($role, $user, 'env', @env, @cmd) ], stdin => \undef);
+	return $self->{procs}->start($name, [ $self->cmd_in($role, $user, 'env', @env, @cmd) ]);
 }
 
 # by name, as DlockHA::Procs: pid_of, running, stop (SIGTERM, then SIGKILL
@@ -367,6 +372,23 @@ sub throttle
 	}
 }
 
+# delay - every TCP packet each of ROLES sends is held MS milliseconds,
+# plus up to JITTER_MS (never reordered), by a delay.c of its namespace
+# (root: it answers the kernel's queue); the rule lets packets by when the
+# program is not there
+sub delay
+{
+	my ($self, $ms, $jitter, @roles) = @_;
+	die 'no delay program' unless $self->{delay};
+	for my $role (@roles)
+	{
+		$self->start("delay-$role", $role, undef, {}, $self->{delay}, 7, $ms, $jitter);
+		$self->{faults}{delay}{$role} = 1;
+		$self->in_ns($role, 'iptables', '-w', '-A', 'OUTPUT', '-p', 'tcp', '-j', 'NFQUEUE',
+			'--queue-num', 7, '--queue-bypass');
+	}
+}
+
 # pause - SIGSTOP to the pids; resume (or heal) sends SIGCONT
 sub pause
 {
@@ -407,6 +429,12 @@ sub heal
 		eval { $self->in_ns($role, 'tc', 'qdisc', 'del', 'dev', 'eth0', 'root'); 1 } or warn $@;
 	}
 	delete $self->{faults}{tc};
+	for my $role (keys %{ $self->{faults}{delay} // {} })
+	{
+		eval { $self->in_ns($role, 'iptables', '-w', '-F', 'OUTPUT'); 1 } or warn $@;
+		$self->stop("delay-$role", 5);
+	}
+	delete $self->{faults}{delay};
 	for my $node (keys %{ $self->{faults}{clock} // {} })
 	{
 		$self->write_file("$self->{work}/$node/faketime", "+0\n", 0644);

@@ -28,7 +28,19 @@
 #  - gaps: for each run of "dlock run" that lost its lease, the time from
 #    its child's stop to the first grant of its name to the contender
 #    (measured from when the contender sent the try_acquire that got it:
-#    the grant came after that, so the true gap is at least this).
+#    the grant came after that, so the true gap is at least this); and
+#    the time from the child's stop to the expiry the server returned for
+#    the run's last successful renew (or its grant), the moment from which
+#    the server may grant the name to another owner (expiry_gap).  The
+#    stop is on the client's clock, the expiry on the server's: the two
+#    compare while no clock fault is on, and the checker says which runs
+#    had one (or a pause of dlock run itself, which no client timekeeping
+#    survives) during their life.
+#
+# The nemeses are in the history too (a file nemesis.hist): "invoke" when
+# a fault begins, "ok" when it is healed, F the nemesis's name.
+# nemeses() gives their windows, per_step() the figures of each step of a
+# schedule (from one step's fault to the next step's).
 
 package FaultHistory;
 
@@ -36,6 +48,10 @@ use strict;
 use warnings FATAL => 'all';
 
 use List::Util qw(max min sum0);
+use Time::Local qw(timegm);
+
+# the nemeses whose windows make a dlock run's expiry gap a figure only
+our $OUTSIDE_RUN_CLOCK = qr/^(clock-|pause-client)/;
 
 # read_ops - the operations of every history file under DIR
 sub read_ops
@@ -54,7 +70,8 @@ sub read_ops
 			if ($type eq 'invoke' || $type eq 'start')
 			{
 				my $op = { proc => $proc, f => $f, name => $name, token => $token, elem => $elem,
-					node => $node, inv_wall => $wall, inv_mono => $mono, type => 'pending' };
+					node => $node, inv_wall => $wall, inv_mono => $mono, type => 'pending',
+					start_detail => $detail };
 				$op->{f} = 'start' if $type eq 'start';
 				push @ops, $op;
 				$open{$key} = $op unless $type eq 'start';
@@ -94,29 +111,40 @@ sub check
 
 	$r{operations} = scalar grep { $_->{f} =~ /^(acquire|write|release)$/ } @$ops;
 	$r{acknowledged} = scalar @acked;
-	$r{refused} = scalar grep { $_->{type} eq 'fail' && ($_->{detail} // '') eq 'fenced' } @writes;
-	$r{unknown} = scalar grep { $_->{type} eq 'unknown' && $_->{f} =~ /^(acquire|write|release)$/ } @$ops;
+	$r{acked_list} = \@acked;
+	$r{refused_list} = [ grep { $_->{type} eq 'fail' && ($_->{detail} // '') eq 'fenced' } @writes ];
+	$r{refused} = scalar @{ $r{refused_list} };
+	$r{unknown_list} = [ grep { $_->{type} eq 'unknown' && $_->{f} =~ /^(acquire|write|release)$/ } @$ops ];
+	$r{unknown} = scalar @{ $r{unknown_list} };
 	$r{lost_list} = [ grep { !$row{ $_->{elem} } } @acked ];
 	$r{lost} = scalar @{ $r{lost_list} };
 	$r{phantom_list} = [ grep { $_->{type} eq 'fail' && $row{ $_->{elem} } } @writes ];
 	$r{phantom} = scalar @{ $r{phantom_list} };
 
 	# stale: a larger token of the same name was acknowledged before the
-	# write was sent
-	my %grants_of;
+	# write was sent.  Per name, the grants in the order they were answered
+	# and the largest token so far (with its grant): a write looks up the
+	# last grant answered before it was sent.
+	my (%grants_of, %max_of);
 	push @{ $grants_of{ $_->{name} } }, $_ for @grants;
+	for my $name (keys %grants_of)
+	{
+		my $best;
+		$max_of{$name} = [ map { $best = $_ if !$best || $_->{token} > $best->{token}; $best } @{ $grants_of{$name} } ];
+	}
 	my @stale;
 	for my $w (@acked)
 	{
-		for my $g (@{ $grants_of{ $w->{name} } // [] })
+		my $g = $grants_of{ $w->{name} } or next;
+		my ($lo, $hi) = (0, scalar @$g);    # the first grant answered at or after the write was sent
+		while ($lo < $hi)
 		{
-			last if $g->{end_wall} >= $w->{inv_wall};
-			if ($g->{token} > $w->{token})
-			{
-				push @stale, { write => $w, grant => $g };
-				last;
-			}
+			my $mid = int(($lo + $hi) / 2);
+			if ($g->[$mid]{end_wall} < $w->{inv_wall}) { $lo = $mid + 1 } else { $hi = $mid }
 		}
+		next unless $lo > 0;
+		my $best = $max_of{ $w->{name} }[ $lo - 1 ];
+		push @stale, { write => $w, grant => $best } if $best->{token} > $w->{token};
 	}
 	$r{stale_list} = \@stale;
 	$r{stale} = scalar @stale;
@@ -197,32 +225,113 @@ sub check
 		$r{failover} = $after ? $after->{end_wall} - $a{fault_at} : undef;
 	}
 
-	# dlock run: gap between the child's stop and the next grant of its name
+	# dlock run: gap between the child's stop and the next grant of its
+	# name, and between the stop and the lease's expiry on the server
+	my @windows = nemeses($ops);
 	my @gaps;
 	for my $run (@{ $a{runs} // [] })
 	{
 		next unless defined $run->{token} && defined $run->{stop};
 		my ($g) = sort { $a->{inv_wall} <=> $b->{inv_wall} }
 		  grep { $_->{name} eq $run->{name} && $_->{token} > $run->{token} && $_->{proc} =~ /contend/ } @grants;
+		my @outside = map { $_->{name} } grep { $_->{name} =~ $OUTSIDE_RUN_CLOCK
+			  && $_->{from} < $run->{stop} && ($_->{to} // 9e9) > ($run->{start} // 0) } @windows;
 		push @gaps, { %$run, grant_at => $g ? $g->{inv_wall} : undef, gap => $g ? $g->{inv_wall} - $run->{stop} : undef,
-			grant_node => $g ? $g->{node} : undef };
+			grant_node => $g ? $g->{node} : undef,
+			expiry_gap => defined $run->{expires} ? $run->{expires} - $run->{stop} : undef,
+			outside => join(',', @outside) };
 	}
 	$r{gaps} = \@gaps;
 	return \%r;
 }
 
-# runs - the dlock run children in OPS: {name, token, start, stop}
+# parse_ts - seconds since the epoch of a timestamptz as PostgreSQL writes
+# it, with "T" for the space: 2026-12-03T13:01:02.123456+00 (or +05:30)
+sub parse_ts
+{
+	my ($text) = @_;
+	my ($y, $mo, $d, $h, $mi, $s, $frac, $sign, $oh, $om) =
+	  ($text // '') =~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?([-+])(\d\d)(?::?(\d\d))?$/
+	  or return undef;
+	my $t = timegm($s, $mi, $h, $d, $mo - 1, $y) + ($frac // 0);
+	my $offset = ($oh * 3600 + ($om // 0) * 60) * ($sign eq '-' ? -1 : 1);
+	return $t - $offset;
+}
+
+# nemeses - the faults in OPS: {name, from, to} (to undef: never healed)
+sub nemeses
+{
+	my ($ops) = @_;
+	return sort { $a->{from} <=> $b->{from} }
+	  map { { name => $_->{f}, from => $_->{inv_wall}, to => $_->{type} eq 'ok' ? $_->{end_wall} : undef, proc => $_->{proc} } }
+	  grep { $_->{proc} =~ /^nemesis\./ } @$ops;
+}
+
+# per_step - the figures of each step of a schedule: the nemeses that
+# began at the same time make a step, which lasts until the next one
+# begins (its fault, the heal and the way back).  R is check()'s answer
+# for the whole history.  Each write counts in the step in which it was
+# answered; failover is from the step's beginning to the first write
+# acknowledged by another epoch than the one of the last write before it.
+sub per_step
+{
+	my ($ops, $r) = @_;
+	my (@steps, $cur);
+	for my $n (nemeses($ops))
+	{
+		if ($cur && abs($n->{from} - $cur->{from}) < 1.0) { push @{ $cur->{names} }, $n->{name}; next }
+		$cur = { from => $n->{from}, names => [ $n->{name} ] };
+		push @steps, $cur;
+	}
+	my @acked = sort { $a->{end_wall} <=> $b->{end_wall} } @{ $r->{acked_list} };
+	for my $i (0 .. $#steps)
+	{
+		my $st = $steps[$i];
+		my ($from, $to) = ($st->{from}, $i < $#steps ? $steps[ $i + 1 ]{from} : 9e9);
+		my $in = sub { my $t = shift; return defined $t && $t >= $from && $t < $to };
+		$st->{operations} = scalar grep { $_->{f} =~ /^(acquire|write|release)$/ && $in->($_->{inv_wall}) } @$ops;
+		$st->{acknowledged} = scalar grep { $in->($_->{end_wall}) } @acked;
+		$st->{lost} = scalar grep { $in->($_->{end_wall}) } @{ $r->{lost_list} };
+		$st->{stale} = scalar grep { $in->($_->{write}{end_wall}) } @{ $r->{stale_list} };
+		$st->{refused} = scalar grep { $in->($_->{end_wall}) } @{ $r->{refused_list} };
+		$st->{unknown} = scalar grep { $in->($_->{inv_wall}) } @{ $r->{unknown_list} };
+		my ($before) = reverse grep { $_->{end_wall} < $from && epoch_of($_->{node}) } @acked;
+		my ($after) = grep { $in->($_->{end_wall}) && $before && epoch_of($_->{node}) && $_->{node} ne $before->{node} } @acked;
+		$st->{failover} = $after ? $after->{end_wall} - $from : undef;
+	}
+	return \@steps;
+}
+
+# runs - the dlock run children in OPS: {name, token, start, stop,
+# expires, lost}: expires is the server's expiry of the lease after its
+# grant or the last renew that succeeded before the child's stop (seconds
+# since the epoch), lost the time dlock run gave the lease up (undef when
+# it did not: the run was stopped, or its command ended)
 sub runs
 {
 	my ($ops) = @_;
-	my %by;
-	for my $op (grep { $_->{f} eq 'start' || $_->{f} eq 'stop' } @$ops)
+	my (%by, %renews);
+	for my $op (grep { $_->{f} =~ /^(start|stop|renew|lost)$/ } @$ops)
 	{
 		my $r = $by{ $op->{proc} } //= { proc => $op->{proc}, name => $op->{name} };
-		if ($op->{f} eq 'start') { $r->{token} = $op->{token}; $r->{start} = $op->{inv_wall} }
+		if ($op->{f} eq 'start')
+		{
+			$r->{token} = $op->{token};
+			$r->{start} = $op->{inv_wall};
+			$r->{granted_expires} = parse_ts($op->{start_detail});
+		}
+		elsif ($op->{f} eq 'renew') { push @{ $renews{ $op->{proc} } }, [ $op->{end_wall}, parse_ts($op->{detail}) ] }
+		elsif ($op->{f} eq 'lost') { $r->{lost} = $op->{end_wall} }
 		else { $r->{stop} = $op->{end_wall} // $op->{inv_wall} }
 	}
-	return [ values %by ];
+	for my $r (values %by)
+	{
+		my @before = grep { defined $_->[1] && (!defined $r->{stop} || $_->[0] <= $r->{stop}) } @{ $renews{ $r->{proc} } // [] };
+		$r->{expires} = @before ? max(map { $_->[1] } @before) : delete $r->{granted_expires};
+		delete $r->{granted_expires};
+		$r->{renews} = scalar @before;
+	}
+	return [ grep { defined $_->{token} } values %by ];
 }
 
 1;

@@ -41,7 +41,9 @@
  *		when granted; every grant is in the history, with the time its try
  *		was sent.
  *	client child HISTORY PROCESS
- *		the command of "dlock run": loops writing rows of fault_child under
+ *		the command of "dlock run": records its start (its token, and as
+ *		DETAIL the lease's expiry, $DLOCK_EXPIRES_AT with "T" for the
+ *		space), loops writing rows of fault_child under
  *		dlock.fence($DLOCK_NAME, $DLOCK_TOKEN) through $FAULTS_CONNINFO; on
  *		SIGTERM it records "stop" and exits at once.
  */
@@ -443,11 +445,17 @@ run_child(void)
 	const char *token = getenv("DLOCK_TOKEN");
 	PGconn	   *conn = NULL;
 	long		n = 0;
+	char		expires[64];
 
 	if (name == NULL || token == NULL || conninfo == NULL)
 		return 2;
 	stop_at_once = true;
-	record("start", "stop", name, token, "-", "-", NULL);
+	/* the expiry of the grant, as the server gave it: a history field */
+	snprintf(expires, sizeof(expires), "%s", getenv("DLOCK_EXPIRES_AT") ? getenv("DLOCK_EXPIRES_AT") : "-");
+	for (char *p = expires; *p; p++)
+		if (*p == ' ')
+			*p = 'T';
+	record("start", "stop", name, token, "-", "-", expires);
 	snprintf(child_tail, sizeof(child_tail), " %s ok stop %s %s - - sigterm\n", process, name, token);
 	history_fd = fileno(history);
 	dlc_catch_signal(SIGTERM, on_term_child);

@@ -4,8 +4,11 @@
 # and the clients each run in a network namespace of their own, joined by
 # veth pairs to a bridge in another namespace; the nemeses partition them
 # (nftables inside the namespaces), drop packets, pause processes, set the
-# nodes' clocks (libfaketime) and kill them.  See test/faults/faults.pl for
-# the schedules and test/faults/FaultHistory.pm for what is checked.
+# nodes' clocks (libfaketime) and kill them.  Packets are delayed by a
+# small NFQUEUE program (test/faults/delay.c) behind an iptables rule:
+# kernels built without sch_netem have no tc netem.  See
+# test/faults/faults.pl for the schedules and test/faults/FaultHistory.pm
+# for what is checked.
 #
 # Needs root (ip netns).  Every address is in 10.77.0.0/24 inside the
 # namespaces this script makes; none has a route out, and nothing is added
@@ -15,16 +18,20 @@
 # those of an earlier run that died), prints TAP lines and ends with
 # "N passed, N failed".
 #
-#   FAULTS_MINUTES=3   one seeded random schedule of that many minutes, every
-#                      nemesis in it (the CI run); unset: each nemesis alone
-#                      in synchronous and asynchronous mode, then random
-#                      schedules for FAULTS_RANDOM_MINUTES (default 10)
+#   FAULTS_MINUTES=3   only a seeded random schedule of that many minutes,
+#                      drawn from every nemesis family, run in each mode (the
+#                      CI run); unset: each nemesis alone in each mode, then a
+#                      random schedule of FAULTS_RANDOM_MINUTES (default 5)
+#                      in each mode
 #   FAULTS_SEED=N      the seed of the schedules (printed by every run)
-#   FAULTS_ONLY=a,b    only these nemeses (each alone), and no random schedule
-#                      unless FAULTS_RANDOM_MINUTES is set
-#   FAULTS_MODES=sync  the modes the nemeses run alone in (default sync,async)
+#   FAULTS_ONLY=a,b    only these nemeses (each alone, or the pool of the
+#                      random schedule), and no random schedule after the
+#                      nemeses alone unless FAULTS_RANDOM_MINUTES is set
+#   FAULTS_MODES=sync  the modes (default sync,async)
 #   FAULTS_KEEP=DIR    where the history of a failing run is kept
-#                      (default: /tmp/dlock-faults-failed-SEED)
+#                      (default: /tmp/dlock-faults-failed-SEED); check it
+#                      again with perl -Itest/faults test/faults/check.pl
+#                      DIR/hist/SEGMENT
 
 . "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
 
@@ -138,13 +145,16 @@ done
 cc -std=c99 -O2 -Wall -Wextra -Werror -I"$("$PG_CONFIG" --includedir)" \
     -o "$WORK/client" "$SRC_DIR/test/faults/client.c" "$SRC_DIR/test/lib/dlock_client.c" \
     -L"$("$PG_CONFIG" --libdir)" -lpq
+# the packet delay (an NFQUEUE program: kernels without sch_netem have no
+# tc netem)
+cc -std=c99 -O2 -Wall -Wextra -Werror -o "$WORK/delay" "$SRC_DIR/test/faults/delay.c" -lnetfilter_queue
 cp "$SRC_DIR/cli/dlock" "$WORK/dlock"
 chown -R "$RUN_USER": "$WORK"
 
 say "etcd and three Patroni nodes in namespaces; nemeses; checker"
 set +e
 ip netns exec "$TAG-ctl" env FAULTS_TAG="$TAG" FAULTS_WORK="$WORK" PG_BINDIR="$PG_BINDIR" \
-    FAULTS_USER="$RUN_USER" FAULTS_CLIENT="$WORK/client" DLOCK_CLI="$WORK/dlock" \
+    FAULTS_USER="$RUN_USER" FAULTS_CLIENT="$WORK/client" DLOCK_CLI="$WORK/dlock" FAULTS_DELAY="$WORK/delay" \
     PATRONI="$(command -v patroni)" ETCD="$(command -v etcd)" \
     FAULTS_LIBFAKETIME="$(dpkg -L libfaketime | grep -m1 '/libfaketime\.so\.1$')" \
     perl -I"$SRC_DIR/test/perl" -I"$SRC_DIR/test/faults" "$SRC_DIR/test/faults/faults.pl" > >(tee "$WORK/faults.log") 2>&1 &
