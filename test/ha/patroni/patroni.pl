@@ -323,17 +323,26 @@ sub round
 # crash - kill -9 of the leader's postmaster, its walsenders stopped for a
 # second before (a replication lag of that second, as a loaded network or
 # standby would make): with synchronous mode off, what the leader
-# acknowledged in it is lost
+# acknowledged in it is lost.  A walsender killed while stopped may hold
+# SyncRepLock, and the backends that wait for that lock do not notice the
+# postmaster's death: they would keep the node's shared memory, and Patroni
+# could not start it again.  So whatever of the node is still there 1 s
+# after the crash gets kill -9 too, as a machine's crash would end it.
 sub crash
 {
 	my ($label, $old) = @_;
 	my @walsenders = split /\n/, psql(conninfo($old), 'SELECT pid FROM pg_stat_replication');
 	my $pid = postmaster_pid("$base/$old");
+	my @node = DlockHA::child_pids($pid);
 	note "$label: walsenders (@walsenders) stopped for 1 s, then kill -9 of $old\'s postmaster ($pid)";
 	kill 'STOP', @walsenders;
 	sleep 1;
 	kill 'KILL', $pid or die "kill $pid: $!";
 	kill 'KILL', @walsenders;
+	sleep 1;
+	my @left = grep { kill 0, $_ } @node;
+	note "$label: kill -9 of the " . scalar(@left) . " processes of $old still there 1 s later (@left)" if @left;
+	kill 'KILL', @left;
 	return start_waiting_run("wait:$label");
 }
 sub switchover
