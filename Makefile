@@ -163,7 +163,8 @@ test-histories:
 	bash scripts/test-histories.sh
 
 # dlock under Patroni in network namespaces with partitions, packet loss,
-# pauses, clock faults and kill -9 (as root; not yet part of CI)
+# pauses, clock faults and kill -9 (as root; CI runs a three-minute
+# schedule of it, FAULTS_MINUTES=3)
 .PHONY: test-faults
 test-faults:
 	bash test/faults/run.sh

@@ -19,10 +19,10 @@
 # "N passed, N failed".
 #
 #   FAULTS_MINUTES=3   only a seeded random schedule of that many minutes,
-#                      drawn from every nemesis family, run in each mode (the
-#                      CI run); unset: each nemesis alone in each mode, then a
-#                      random schedule of FAULTS_RANDOM_MINUTES (default 5)
-#                      in each mode
+#                      a step of each nemesis family first, run in each mode
+#                      (what .ci/run runs); unset: each nemesis alone in each
+#                      mode, then a random schedule of FAULTS_RANDOM_MINUTES
+#                      (default 5) in each mode
 #   FAULTS_SEED=N      the seed of the schedules (printed by every run)
 #   FAULTS_ONLY=a,b    only these nemeses (each alone, or the pool of the
 #                      random schedule), and no random schedule after the
