@@ -2156,17 +2156,159 @@ $$;
 -- The lease functions.  Each one runs its step (arguments, decision)
 -- first and raises what the step raised from one place, then writes.
 --
--- The hot paths are written out in try_acquire(), acquire() and release()
--- themselves, ahead of their steps: a grant of an exclusive lease, and its
--- release, by an owner given as an argument, with every argument and
--- setting ordinary, under READ COMMITTED, of a name with no row or one
--- exclusive row in slot 0 whose holder is not session-bound, while nobody
--- waits for it.  Their decisions are those of the general way, written out
--- for this case (a PL/pgSQL call costs more than most of the work), and
--- taken without waiting for any lock; whatever is not this case leaves the
--- block having changed nothing (EXIT fast), and the general way decides
--- from the start.
+-- The hot paths go ahead of the steps: a grant of an exclusive lease
+-- (_grant_fast(), which try_acquire() and acquire() call first), and its
+-- release (written out in release()), by an owner given as an argument,
+-- with every argument and setting ordinary, under READ COMMITTED, of a
+-- name with no row or one exclusive row in slot 0 whose holder is not
+-- session-bound, while nobody waits for it.  Their decisions are those of
+-- the general way, written out for this case (the general way's calls cost
+-- more than most of the work), and taken without waiting for any lock;
+-- whatever is not this case leaves having changed nothing, and the general
+-- way decides from the start.
 --
+
+-- _grant_fast: the hot path of try_acquire() and acquire() (see above),
+-- for a name, ttl, owner and value given, every other argument at its
+-- default (the callers check theirs).  Returns the lease granted, or
+-- extended for its own owner; a lease with its name alone when the name is
+-- held or in its lock-delay (try_acquire() refuses, acquire() waits the
+-- general way); NULL, having changed nothing, when this is not the case it
+-- decides.
+CREATE FUNCTION dlock._grant_fast(name text, ttl interval, owner text, value text)
+RETURNS dlock.lease
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+  l dlock.lease;
+  h bigint;
+  qk bigint;
+  looked boolean := false;
+  us numeric;
+  rows dlock.lease_state[];
+  r dlock.lease_state;
+  n integer;
+  now timestamptz;
+  extend boolean := false;
+  caller oid;
+  t bigint;
+  exp timestamptz;
+BEGIN
+  IF _grant_fast.name IS NULL OR _grant_fast.name = '' OR octet_length(_grant_fast.name) > 1024
+     OR ttl IS NULL OR _grant_fast.owner IS NULL OR _grant_fast.owner = '' OR octet_length(_grant_fast.owner) > 256
+     OR octet_length(_grant_fast.value) > 1024
+     OR NOT isfinite(ttl) OR substr(interval_send(ttl), 13) <> int4send(0)
+     OR coalesce(current_setting('dlock.max_ttl', true), '') <> ''
+     OR coalesce(current_setting('dlock.default_lock_delay', true), '') <> ''
+     OR current_setting('transaction_isolation') <> 'read committed'
+     OR current_setting('transaction_read_only') <> 'off'
+     OR pg_is_in_recovery() THEN
+    RETURN NULL;
+  END IF;
+  us := extract(epoch FROM ttl) * 1000000;
+  IF us <= 0 OR us > 86400000000 THEN
+    RETURN NULL;
+  END IF;
+  h := dlock.name_key(_grant_fast.name);
+  qk := h # 971293586498595353;                                   -- dlock._k('queue')
+  caller := quote_ident(CASE current_setting('role') WHEN 'none' THEN SESSION_USER::text
+                             ELSE current_setting('role') END)::regrole::oid;
+  BEGIN
+    looked := pg_try_advisory_lock_shared(qk);
+    IF NOT looked
+       OR NOT pg_try_advisory_xact_lock(h # 8259534687944693243)  -- SERIAL: dlock._k('n2')
+       OR NOT pg_try_advisory_xact_lock(h # 5023963199803620857)  -- and dlock._k('n3')
+    THEN
+      RAISE SQLSTATE 'DLK61';
+    END IF;
+    rows := ARRAY(SELECT ls FROM dlock.lease_state ls WHERE ls.name = _grant_fast.name);
+    n := cardinality(rows);
+    r := rows[1];
+    IF n > 1 OR (n = 1 AND (r.slot <> 0 OR r.shared OR r.max_holders <> 1
+                            OR (r.session_bound AND r.ended_at IS NULL))) THEN
+      RAISE SQLSTATE 'DLK61';
+    END IF;
+    now := clock_timestamp();
+    IF n = 1 THEN
+      IF r.ended_at IS NULL AND r.expires_at > now THEN
+        IF r.owner = _grant_fast.owner AND (r.holder_role::oid = caller OR dlock._may_act(r.holder_role, caller)) THEN
+          extend := true;
+        ELSE
+          l.name := _grant_fast.name;                                        -- held
+          RAISE SQLSTATE 'DLK61';
+        END IF;
+      ELSIF r.lock_delay > '0' AND (r.ended_at IS NULL OR r.end_reason IS DISTINCT FROM 'released')
+            AND now < dlock._after(coalesce(r.ended_at, r.expires_at), r.lock_delay) THEN
+        l.name := _grant_fast.name;                                          -- in its lock-delay
+        RAISE SQLSTATE 'DLK61';
+      END IF;
+    END IF;
+    -- a new token into slot 0: its pin, the name's lock in GRANT mode
+    IF NOT extend AND NOT pg_try_advisory_xact_lock(h # 7535459766080761307) THEN   -- dlock._k('n1')
+      l.name := NULL;
+      RAISE SQLSTATE 'DLK61';
+    END IF;
+    looked := NOT pg_advisory_unlock_shared(qk);
+  EXCEPTION
+    WHEN SQLSTATE 'DLK61' THEN
+      IF looked THEN
+        PERFORM pg_advisory_unlock_shared(qk);
+      END IF;
+      IF l.name IS NULL THEN
+        RETURN NULL;
+      END IF;
+      RETURN l;
+    WHEN OTHERS OR query_canceled THEN
+      IF looked THEN
+        PERFORM pg_advisory_unlock_shared(qk);
+      END IF;
+      RAISE;
+  END;
+
+  IF extend THEN
+    UPDATE dlock.lease_state ls
+       SET expires_at = now + make_interval(secs => us / 1000000), value = coalesce(_grant_fast.value, ls.value)
+     WHERE ls.name = _grant_fast.name AND ls.slot = 0
+    RETURNING ls.name, ls.owner, ls.token, ls.expires_at INTO l;
+  ELSE
+    t := dlock._token_next();
+    IF n = 1 AND t <= r.token THEN
+      RETURN NULL;                       -- the general way says why
+    END IF;
+    now := clock_timestamp();
+    exp := now + make_interval(secs => us / 1000000);
+    IF n = 1 THEN
+      UPDATE dlock.lease_state ls
+         SET token = t, owner = _grant_fast.owner, holder_role = caller::regrole, acquired_at = now,
+             expires_at = exp, ended_at = NULL, end_reason = NULL, lock_delay = '0',
+             session_bound = false, holder_pid = NULL, value = _grant_fast.value, shared = false, max_holders = 1
+       WHERE ls.name = _grant_fast.name AND ls.slot = 0;
+    ELSE
+      INSERT INTO dlock.lease_state AS ls
+             (name, token, owner, holder_role, acquired_at, expires_at, lock_delay,
+              session_bound, value, slot, shared, max_holders)
+      VALUES (_grant_fast.name, t, _grant_fast.owner, caller::regrole, now, exp, '0', false, _grant_fast.value, 0, false, 1)
+      ON CONFLICT DO NOTHING;
+      IF NOT FOUND THEN
+        RETURN NULL;
+      END IF;
+    END IF;
+    IF (coalesce(current_setting('dlock.durable_grants', true), '') = ''
+        OR dlock._setting_on('dlock.durable_grants', true))
+       AND current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+      PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+    l.name := _grant_fast.name;
+    l.owner := _grant_fast.owner;
+    l.token := t;
+    l.expires_at := exp;
+  END IF;
+  IF current_setting('dlock_sql.fence_cache', true) <> '' THEN
+    PERFORM set_config('dlock_sql.fence_cache', '', true);
+  END IF;
+  RETURN l;
+END
+$$;
 
 CREATE FUNCTION dlock.try_acquire(name text, ttl interval, owner text DEFAULT NULL,
                                   lock_delay interval DEFAULT NULL,
@@ -2186,140 +2328,19 @@ DECLARE
   e_hint text;
   s dlock._step;
   l dlock.lease;
-  h bigint;
-  qk bigint;
-  looked boolean := false;
-  us numeric;
-  rows dlock.lease_state[];
-  r dlock.lease_state;
-  n integer;
-  now timestamptz;
-  extend boolean := false;
-  caller oid;
-  t bigint;
-  exp timestamptz;
 BEGIN
   -- the hot path (see above)
-  <<fast>>
-  BEGIN
-    IF try_acquire.name IS NULL OR try_acquire.name = '' OR octet_length(try_acquire.name) > 1024
-       OR ttl IS NULL OR try_acquire.owner IS NULL OR try_acquire.owner = '' OR octet_length(try_acquire.owner) > 256
-       OR try_acquire.lock_delay IS NOT NULL OR try_acquire.session_bound IS DISTINCT FROM false
-       OR octet_length(try_acquire.value) > 1024 OR try_acquire.queue IS DISTINCT FROM false
-       OR try_acquire.shared IS DISTINCT FROM false OR try_acquire.max_holders IS DISTINCT FROM 1
-       OR NOT isfinite(ttl) OR substr(interval_send(ttl), 13) <> int4send(0)
-       OR false
-       OR coalesce(current_setting('dlock.max_ttl', true), '') <> ''
-       OR coalesce(current_setting('dlock.default_lock_delay', true), '') <> ''
-       OR current_setting('transaction_isolation') <> 'read committed'
-       OR current_setting('transaction_read_only') <> 'off'
-       OR pg_is_in_recovery() THEN
-      EXIT fast;
+  IF try_acquire.lock_delay IS NULL AND try_acquire.session_bound IS NOT DISTINCT FROM false
+     AND try_acquire.queue IS NOT DISTINCT FROM false AND try_acquire.shared IS NOT DISTINCT FROM false
+     AND try_acquire.max_holders IS NOT DISTINCT FROM 1 THEN
+    l := dlock._grant_fast(try_acquire.name, ttl, try_acquire.owner, try_acquire.value);
+    IF l.name IS NOT NULL THEN
+      IF l.token IS NOT NULL THEN
+        RETURN NEXT l;
+      END IF;
+      RETURN;
     END IF;
-    us := extract(epoch FROM ttl) * 1000000;
-    IF us <= 0 OR us > 86400000000 THEN
-      EXIT fast;
-    END IF;
-    h := dlock.name_key(try_acquire.name);
-    qk := h # 971293586498595353;                                   -- dlock._k('queue')
-    caller := quote_ident(CASE current_setting('role') WHEN 'none' THEN SESSION_USER::text
-                               ELSE current_setting('role') END)::regrole::oid;
-    BEGIN
-      looked := pg_try_advisory_lock_shared(qk);
-      IF NOT looked
-         OR NOT pg_try_advisory_xact_lock(h # 8259534687944693243)  -- SERIAL: dlock._k('n2')
-         OR NOT pg_try_advisory_xact_lock(h # 5023963199803620857)  -- and dlock._k('n3')
-      THEN
-        RAISE SQLSTATE 'DLK61';
-      END IF;
-      rows := ARRAY(SELECT ls FROM dlock.lease_state ls WHERE ls.name = try_acquire.name);
-      n := cardinality(rows);
-      r := rows[1];
-      IF n > 1 OR (n = 1 AND (r.slot <> 0 OR r.shared OR r.max_holders <> 1
-                              OR (r.session_bound AND r.ended_at IS NULL))) THEN
-        RAISE SQLSTATE 'DLK61';
-      END IF;
-      now := clock_timestamp();
-      IF n = 1 THEN
-        IF r.ended_at IS NULL AND r.expires_at > now THEN
-          IF r.owner = try_acquire.owner AND (r.holder_role::oid = caller OR dlock._may_act(r.holder_role, caller)) THEN
-            extend := true;
-          ELSE
-            l.name := try_acquire.name;                                        -- held
-            RAISE SQLSTATE 'DLK61';
-          END IF;
-        ELSIF r.lock_delay > '0' AND (r.ended_at IS NULL OR r.end_reason IS DISTINCT FROM 'released')
-              AND now < dlock._after(coalesce(r.ended_at, r.expires_at), r.lock_delay) THEN
-          l.name := try_acquire.name;                                          -- in its lock-delay
-          RAISE SQLSTATE 'DLK61';
-        END IF;
-      END IF;
-      -- a new token into slot 0: its pin, the name's lock in GRANT mode
-      IF NOT extend AND NOT pg_try_advisory_xact_lock(h # 7535459766080761307) THEN   -- dlock._k('n1')
-        l.name := NULL;
-        RAISE SQLSTATE 'DLK61';
-      END IF;
-      looked := NOT pg_advisory_unlock_shared(qk);
-    EXCEPTION
-      WHEN SQLSTATE 'DLK61' THEN
-        IF looked THEN
-          PERFORM pg_advisory_unlock_shared(qk);
-        END IF;
-        IF l.name IS NULL THEN
-          EXIT fast;
-        END IF;
-        RETURN;
-      WHEN OTHERS OR query_canceled THEN
-        IF looked THEN
-          PERFORM pg_advisory_unlock_shared(qk);
-        END IF;
-        RAISE;
-    END;
-
-    IF extend THEN
-      UPDATE dlock.lease_state ls
-         SET expires_at = now + make_interval(secs => us / 1000000), value = coalesce(try_acquire.value, ls.value)
-       WHERE ls.name = try_acquire.name AND ls.slot = 0
-      RETURNING ls.name, ls.owner, ls.token, ls.expires_at INTO l;
-    ELSE
-      t := dlock._token_next();
-      IF n = 1 AND t <= r.token THEN
-        EXIT fast;                         -- the general way says why
-      END IF;
-      now := clock_timestamp();
-      exp := now + make_interval(secs => us / 1000000);
-      IF n = 1 THEN
-        UPDATE dlock.lease_state ls
-           SET token = t, owner = try_acquire.owner, holder_role = caller::regrole, acquired_at = now,
-               expires_at = exp, ended_at = NULL, end_reason = NULL, lock_delay = '0',
-               session_bound = false, holder_pid = NULL, value = try_acquire.value, shared = false, max_holders = 1
-         WHERE ls.name = try_acquire.name AND ls.slot = 0;
-      ELSE
-        INSERT INTO dlock.lease_state AS ls
-               (name, token, owner, holder_role, acquired_at, expires_at, lock_delay,
-                session_bound, value, slot, shared, max_holders)
-        VALUES (try_acquire.name, t, try_acquire.owner, caller::regrole, now, exp, '0', false, try_acquire.value, 0, false, 1)
-        ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-          EXIT fast;
-        END IF;
-      END IF;
-      IF (coalesce(current_setting('dlock.durable_grants', true), '') = ''
-          OR dlock._setting_on('dlock.durable_grants', true))
-         AND current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
-        PERFORM set_config('synchronous_commit', 'on', true);
-      END IF;
-      l.name := try_acquire.name;
-      l.owner := try_acquire.owner;
-      l.token := t;
-      l.expires_at := exp;
-    END IF;
-    IF current_setting('dlock_sql.fence_cache', true) <> '' THEN
-      PERFORM set_config('dlock_sql.fence_cache', '', true);
-    END IF;
-    RETURN NEXT l;
-    RETURN;
-  END;
+  END IF;
   BEGIN
     s := dlock._try_acquire_step(name, ttl, owner, lock_delay, session_bound, value, queue, shared, max_holders);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -2352,137 +2373,18 @@ DECLARE
   e_hint text;
   s dlock._step;
   l dlock.lease;
-  h bigint;
-  qk bigint;
-  looked boolean := false;
-  us numeric;
-  rows dlock.lease_state[];
-  r dlock.lease_state;
-  n integer;
-  now timestamptz;
-  extend boolean := false;
-  caller oid;
-  t bigint;
-  exp timestamptz;
 BEGIN
-  -- the hot path (see above)
-  <<fast>>
-  BEGIN
-    IF acquire.name IS NULL OR acquire.name = '' OR octet_length(acquire.name) > 1024
-       OR ttl IS NULL OR acquire.owner IS NULL OR acquire.owner = '' OR octet_length(acquire.owner) > 256
-       OR acquire.lock_delay IS NOT NULL OR acquire.session_bound IS DISTINCT FROM false
-       OR octet_length(acquire.value) > 1024 OR false IS DISTINCT FROM false
-       OR acquire.shared IS DISTINCT FROM false OR acquire.max_holders IS DISTINCT FROM 1
-       OR NOT isfinite(ttl) OR substr(interval_send(ttl), 13) <> int4send(0)
-       OR (acquire.timeout IS NOT NULL AND (NOT isfinite(acquire.timeout) OR substr(interval_send(acquire.timeout), 13) <> int4send(0)
-                                      OR acquire.timeout < '0'))
-       OR coalesce(current_setting('dlock.max_ttl', true), '') <> ''
-       OR coalesce(current_setting('dlock.default_lock_delay', true), '') <> ''
-       OR current_setting('transaction_isolation') <> 'read committed'
-       OR current_setting('transaction_read_only') <> 'off'
-       OR pg_is_in_recovery() THEN
-      EXIT fast;
+  -- the hot path (see above); a name held or in its lock-delay is waited
+  -- for the general way
+  IF acquire.lock_delay IS NULL AND acquire.session_bound IS NOT DISTINCT FROM false
+     AND acquire.shared IS NOT DISTINCT FROM false AND acquire.max_holders IS NOT DISTINCT FROM 1
+     AND (acquire.timeout IS NULL OR (isfinite(acquire.timeout) AND substr(interval_send(acquire.timeout), 13) = int4send(0)
+                                      AND acquire.timeout >= '0')) THEN
+    l := dlock._grant_fast(acquire.name, ttl, acquire.owner, acquire.value);
+    IF l.token IS NOT NULL THEN
+      RETURN l;
     END IF;
-    us := extract(epoch FROM ttl) * 1000000;
-    IF us <= 0 OR us > 86400000000 THEN
-      EXIT fast;
-    END IF;
-    h := dlock.name_key(acquire.name);
-    qk := h # 971293586498595353;                                   -- dlock._k('queue')
-    caller := quote_ident(CASE current_setting('role') WHEN 'none' THEN SESSION_USER::text
-                               ELSE current_setting('role') END)::regrole::oid;
-    BEGIN
-      looked := pg_try_advisory_lock_shared(qk);
-      IF NOT looked
-         OR NOT pg_try_advisory_xact_lock(h # 8259534687944693243)  -- SERIAL: dlock._k('n2')
-         OR NOT pg_try_advisory_xact_lock(h # 5023963199803620857)  -- and dlock._k('n3')
-      THEN
-        RAISE SQLSTATE 'DLK61';
-      END IF;
-      rows := ARRAY(SELECT ls FROM dlock.lease_state ls WHERE ls.name = acquire.name);
-      n := cardinality(rows);
-      r := rows[1];
-      IF n > 1 OR (n = 1 AND (r.slot <> 0 OR r.shared OR r.max_holders <> 1
-                              OR (r.session_bound AND r.ended_at IS NULL))) THEN
-        RAISE SQLSTATE 'DLK61';
-      END IF;
-      now := clock_timestamp();
-      IF n = 1 THEN
-        IF r.ended_at IS NULL AND r.expires_at > now THEN
-          IF r.owner = acquire.owner AND (r.holder_role::oid = caller OR dlock._may_act(r.holder_role, caller)) THEN
-            extend := true;
-          ELSE
-            l.name := acquire.name;                                        -- held
-            RAISE SQLSTATE 'DLK61';
-          END IF;
-        ELSIF r.lock_delay > '0' AND (r.ended_at IS NULL OR r.end_reason IS DISTINCT FROM 'released')
-              AND now < dlock._after(coalesce(r.ended_at, r.expires_at), r.lock_delay) THEN
-          l.name := acquire.name;                                          -- in its lock-delay
-          RAISE SQLSTATE 'DLK61';
-        END IF;
-      END IF;
-      -- a new token into slot 0: its pin, the name's lock in GRANT mode
-      IF NOT extend AND NOT pg_try_advisory_xact_lock(h # 7535459766080761307) THEN   -- dlock._k('n1')
-        l.name := NULL;
-        RAISE SQLSTATE 'DLK61';
-      END IF;
-      looked := NOT pg_advisory_unlock_shared(qk);
-    EXCEPTION
-      WHEN SQLSTATE 'DLK61' THEN
-        IF looked THEN
-          PERFORM pg_advisory_unlock_shared(qk);
-        END IF;
-        EXIT fast;
-      WHEN OTHERS OR query_canceled THEN
-        IF looked THEN
-          PERFORM pg_advisory_unlock_shared(qk);
-        END IF;
-        RAISE;
-    END;
-
-    IF extend THEN
-      UPDATE dlock.lease_state ls
-         SET expires_at = now + make_interval(secs => us / 1000000), value = coalesce(acquire.value, ls.value)
-       WHERE ls.name = acquire.name AND ls.slot = 0
-      RETURNING ls.name, ls.owner, ls.token, ls.expires_at INTO l;
-    ELSE
-      t := dlock._token_next();
-      IF n = 1 AND t <= r.token THEN
-        EXIT fast;                         -- the general way says why
-      END IF;
-      now := clock_timestamp();
-      exp := now + make_interval(secs => us / 1000000);
-      IF n = 1 THEN
-        UPDATE dlock.lease_state ls
-           SET token = t, owner = acquire.owner, holder_role = caller::regrole, acquired_at = now,
-               expires_at = exp, ended_at = NULL, end_reason = NULL, lock_delay = '0',
-               session_bound = false, holder_pid = NULL, value = acquire.value, shared = false, max_holders = 1
-         WHERE ls.name = acquire.name AND ls.slot = 0;
-      ELSE
-        INSERT INTO dlock.lease_state AS ls
-               (name, token, owner, holder_role, acquired_at, expires_at, lock_delay,
-                session_bound, value, slot, shared, max_holders)
-        VALUES (acquire.name, t, acquire.owner, caller::regrole, now, exp, '0', false, acquire.value, 0, false, 1)
-        ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-          EXIT fast;
-        END IF;
-      END IF;
-      IF (coalesce(current_setting('dlock.durable_grants', true), '') = ''
-          OR dlock._setting_on('dlock.durable_grants', true))
-         AND current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
-        PERFORM set_config('synchronous_commit', 'on', true);
-      END IF;
-      l.name := acquire.name;
-      l.owner := acquire.owner;
-      l.token := t;
-      l.expires_at := exp;
-    END IF;
-    IF current_setting('dlock_sql.fence_cache', true) <> '' THEN
-      PERFORM set_config('dlock_sql.fence_cache', '', true);
-    END IF;
-    RETURN l;
-  END;
+  END IF;
   BEGIN
     s := dlock._acquire_step(name, ttl, owner, timeout, lock_delay, session_bound, value, shared, max_holders);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
