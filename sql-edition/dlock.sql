@@ -3297,14 +3297,17 @@ DECLARE
   e_detail text;
   e_hint text;
   n text;
+  us bigint;
   deadline timestamptz;
 BEGIN
   BEGIN
     n := dlock._check_name(name, 'lease name');
-    deadline := CASE dlock._timeout_us(timeout)
-                  WHEN 0 THEN '-infinity'::timestamptz
-                  WHEN -1 THEN NULL
-                  ELSE clock_timestamp() + make_interval(secs => dlock._timeout_us(timeout) / 1000000.0) END;
+    us := dlock._timeout_us(timeout);
+    -- a timeout of 100 years or more never passes, as in dlock._deadline()
+    -- (clock_timestamp() plus one beyond 292,000 years is out of range)
+    deadline := CASE WHEN us = 0 THEN '-infinity'::timestamptz
+                     WHEN us > 0 AND us < 3153600000000000
+                       THEN clock_timestamp() + make_interval(secs => us / 1000000.0) END;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_msg = MESSAGE_TEXT, e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
     IF e_detail = '' AND e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_msg; ELSIF e_hint = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_msg, DETAIL = e_detail; ELSIF e_detail = '' THEN RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_msg, HINT = e_hint; ELSE RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_msg, DETAIL = e_detail, HINT = e_hint; END IF;
