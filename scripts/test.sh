@@ -91,12 +91,15 @@ run_counted "the module's version against the extension's" \
     bash "$SRC_DIR/scripts/test-module-version.sh"
 
 # The SQL edition (sql-edition/dlock.sql) against the same regression
-# files and isolation specs, on a copy of the installation without dlock's
-# files, as on a managed service
+# files and isolation specs and the stress checker, on a copy of the
+# installation without dlock's files, as on a managed service
 run_counted "the SQL edition" bash "$SRC_DIR/scripts/test-sql-edition.sh"
 
 # The recipes of docs/drivers/ with real drivers, directly and through
 # pgbouncer: its own "N passed, N failed" line is added to the sums
 run_counted "drivers" bash "$SRC_DIR/test/drivers/run.sh"
+# The same recipes against the SQL edition, installed by the database's
+# owner on a server without the C edition's files
+run_counted "drivers, SQL edition" env DLOCK_EDITION=sql bash "$SRC_DIR/test/drivers/run.sh"
 
 tap_summary

@@ -39,12 +39,42 @@
 #                       database, directly or through pgbouncer
 #   JDBC_DATABASE_URL   the same as a JDBC URL, credentials included
 #
+#   DLOCK_EDITION       c or sql: the edition installed (below)
+#   DLOCK_SQL_EDITION   the SQL edition's script, sql-edition/dlock.sql
+# A run that makes a database of its own installs dlock in it as run.sh
+# does: DLOCK_EDITION=c, CREATE EXTENSION dlock as the superuser; sql,
+# psql -f "$DLOCK_SQL_EDITION" as the application role.
+#
+# DLOCK_EDITION=sql runs all of it against the SQL edition
+# (sql-edition/dlock.sql), as on a managed service: the server runs from a
+# copy of PostgreSQL's installation without dlock's module, control file
+# and scripts (the way scripts/test-sql-edition.sh makes one), nothing is
+# preloaded, and the application role, the databases' owner and no
+# superuser, installs the SQL edition with psql wherever the C edition's
+# run says CREATE EXTENSION.  Counted checks of the harness show it: no
+# extension dlock, no preloaded library, no C function in the database, no
+# dlock.so to load, and none mapped by a process of the server during the
+# run.  The C edition's run (the default) checks the opposite (preloaded,
+# mapped), which is what shows that those checks can see the module.
+#
 # Assumes dlock is installed (make test-drivers installs it first); installs
 # the drivers' Debian packages when missing.  DRIVERS="python node" runs only
 # those; DLOCK_DRIVERS_PORT sets the server's port (pgbouncer takes the next).
-# Nothing is left running: the cluster and pgbouncer are stopped by pid.
+# The server is PG_BINDIR's, or else PG_CONFIG's (the installation that make
+# install wrote to).  Nothing is left running: the cluster and pgbouncer are
+# stopped by pid.
 
+# PG_CONFIG alone names the installation: its server, not the default one
+if [ -z "${PG_BINDIR:-}" ] && [ -n "${PG_CONFIG:-}" ]; then
+    PG_BINDIR=$("$PG_CONFIG" --bindir)
+fi
 . "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
+
+EDITION=${DLOCK_EDITION:-c}
+case $EDITION in
+c|sql) ;;
+*) echo "DLOCK_EDITION must be c or sql, not $EDITION" >&2; exit 2 ;;
+esac
 
 # What the recipes need, and a JavaScript runtime and a JDK only when there
 # is none on PATH
@@ -156,7 +186,7 @@ run_examples() {
             [ "$way" = direct ] || port=$BOUNCER_PORT
             db=example_${n}_$port
             super -d postgres -c "CREATE DATABASE $db OWNER app"
-            super -d "$db" -c "CREATE EXTENSION dlock"
+            install_dlock "$db"
             jdbc="jdbc:postgresql://127.0.0.1:$port/$db?user=app&password=pw"
             [ "$way" = direct ] || jdbc="$jdbc&prepareThreshold=0"
             out=$WORK/example.$n.out
@@ -199,35 +229,149 @@ for p in "$PG_PORT" "$BOUNCER_PORT"; do
     port_free "$p" || { echo "port $p on 127.0.0.1 is in use: set DLOCK_DRIVERS_PORT" >&2; exit 1; }
 done
 
-say "starting a throwaway cluster on 127.0.0.1:$PG_PORT"
-# dlock preloaded so that queue => true works; passwords checked for the
-# application role (the superuser connects through trust)
-start_cluster "$PG_PORT" "listen_addresses=127.0.0.1" "shared_preload_libraries=dlock" \
+# The SQL edition's server: a copy of the installation without dlock's
+# files, so that nothing can load the C edition, as on a managed service
+PG_COPY=
+preload=(shared_preload_libraries=dlock)
+if [ "$EDITION" = sql ]; then
+    preload=()
+    PG_COPY=$(make_work_dir)
+    trap 'rm -rf "$PG_COPY"' EXIT
+    # the paths of the server's own installation
+    server_config=$PG_BINDIR/pg_config
+    [ -x "$server_config" ] || server_config=$PG_CONFIG
+    pkglibdir=$("$server_config" --pkglibdir)
+    sharedir=$("$server_config" --sharedir)
+    for d in "$(dirname "$PG_BINDIR")" "$pkglibdir" "$sharedir"; do
+        mkdir -p "$PG_COPY$(dirname "$d")"
+        [ -e "$PG_COPY$d" ] || cp -a "$d" "$PG_COPY$d"
+    done
+    rm -f "$PG_COPY$pkglibdir"/dlock.so "$PG_COPY$sharedir"/extension/dlock.control \
+        "$PG_COPY$sharedir"/extension/dlock--*.sql
+    PG_BINDIR=$PG_COPY$PG_BINDIR
+    [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$PG_COPY"
+fi
+
+say "starting a throwaway cluster on 127.0.0.1:$PG_PORT ($EDITION edition)"
+# the C edition preloaded so that queue => true works; passwords checked for
+# the application role (the superuser connects through trust)
+start_cluster "$PG_PORT" "listen_addresses=127.0.0.1" "${preload[@]}" \
     "max_connections=60"
 BOUNCER_PID=
+SAMPLER_PID=
 stop_all() {
+    if [ -n "$SAMPLER_PID" ] && kill -0 "$SAMPLER_PID" 2>/dev/null; then
+        kill "$SAMPLER_PID"
+        wait "$SAMPLER_PID" 2>/dev/null || true
+    fi
     if [ -n "$BOUNCER_PID" ] && kill -0 "$BOUNCER_PID" 2>/dev/null; then
         kill -INT "$BOUNCER_PID"
         while kill -0 "$BOUNCER_PID" 2>/dev/null; do sleep 0.1; done
     fi
     stop_cluster
+    [ -z "$PG_COPY" ] || rm -rf "$PG_COPY"
 }
 trap stop_all EXIT
 
+# dlock_so_mapped: the maps file of each process of the server (the
+# postmaster and its children) that has dlock.so mapped, one a line.  A
+# sampler looks every 0.2 s for the whole run, so that backends that exit
+# before the end are seen too (all but those that live less than that).
+dlock_so_mapped() {
+    local maps
+    maps=$(pgrep -P "$CLUSTER_PID" | sed 's|.*|/proc/&/maps|' || true)
+    # shellcheck disable=SC2086 # one word per file
+    grep -l '/dlock\.so$' "/proc/$CLUSTER_PID/maps" $maps 2>/dev/null || true
+}
+(
+    while :; do
+        dlock_so_mapped >>"$WORK/dlock-so-mapped"
+        echo >>"$WORK/dlock-so-samples"
+        sleep 0.2
+    done
+) &
+SAMPLER_PID=$!
+
 sed -i '1i host all app 127.0.0.1/32 scram-sha-256' "$WORK/data/pg_hba.conf"
 super() { as_run_user psql -X -q -At -v ON_ERROR_STOP=1 -h "$WORK" -p "$PG_PORT" -U postgres "$@"; }
+# install_dlock DB: the edition into a database that app owns: the C
+# edition's extension, made by the superuser, or the SQL edition's script,
+# run by app as a reader on a managed service runs it
+install_dlock() {
+    if [ "$EDITION" = c ]; then
+        super -d "$1" -c "CREATE EXTENSION dlock"
+    else
+        "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 \
+            -d "postgresql://app:pw@127.0.0.1:$PG_PORT/$1" -f "$SRC_DIR/sql-edition/dlock.sql" >/dev/null
+    fi
+}
 super -d postgres -c "SELECT pg_reload_conf()" >/dev/null
 super -d postgres <<EOF
 CREATE ROLE app LOGIN PASSWORD 'pw';
 CREATE DATABASE $DB OWNER app;
 EOF
+install_dlock "$DB"
 super -d "$DB" <<'EOF'
-CREATE EXTENSION dlock;
 -- What the recipes fence: one row per job, written by its lease's holder
 CREATE TABLE jobs (id text PRIMARY KEY, done_by bigint, runs int NOT NULL DEFAULT 0,
                    at timestamptz DEFAULT clock_timestamp());
 ALTER TABLE jobs OWNER TO app;
 EOF
+
+say "the $EDITION edition is the one installed"
+if [ "$EDITION" = c ]; then
+    got=$(super -d "$DB" -c "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'dlock')
+                                      || ' ' || current_setting('shared_preload_libraries')")
+    if [ "$got" = "$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$SRC_DIR/dlock.control") dlock" ]; then
+        result ok "C edition: extension dlock at its default version, the module preloaded"
+    else
+        result not "C edition: extension dlock at its default version, the module preloaded"
+        echo "#   got: $got"
+    fi
+else
+    # installed by app: a login role, no superuser, the database's owner
+    got=$(super -d "$DB" <<'EOF'
+SELECT r.rolcanlogin AND NOT r.rolsuper AND d.datdba = r.oid AND n.nspowner = r.oid
+       AND obj_description(n.oid, 'pg_namespace') LIKE '%SQL edition%'
+  FROM pg_roles r, pg_database d, pg_namespace n
+ WHERE r.rolname = 'app' AND d.datname = current_database() AND n.nspname = 'dlock'
+EOF
+)
+    if [ "$got" = t ]; then
+        result ok "SQL edition: schema dlock made by sql-edition/dlock.sql, run by app (a login role, no superuser, the database's owner)"
+    else
+        result not "SQL edition: schema dlock made by sql-edition/dlock.sql, run by app (a login role, no superuser, the database's owner)"
+        echo "#   got: $got"
+    fi
+    got=$(super -d "$DB" <<'EOF'
+SELECT NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'dlock')
+       AND NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                        WHERE l.lanname = 'c' AND (p.probin LIKE '%dlock%'
+                              OR p.pronamespace = 'dlock'::regnamespace))
+       AND current_setting('shared_preload_libraries') = ''
+       AND current_setting('session_preload_libraries') = ''
+       AND current_setting('local_preload_libraries') = ''
+EOF
+)
+    if [ "$got" = t ]; then
+        result ok "SQL edition: no extension dlock, no C function of dlock, no library preloaded"
+    else
+        result not "SQL edition: no extension dlock, no C function of dlock, no library preloaded"
+        echo "#   got: $got"
+    fi
+    # as on a managed service, the server has no module to load
+    set +e
+    ext=$(super -d "$DB" -c "CREATE EXTENSION dlock" 2>&1)
+    load=$(super -d "$DB" -c "LOAD 'dlock'" 2>&1)
+    set -e
+    if [[ $ext == *'dlock.control'*'No such file or directory'* ]] &&
+        [[ $load == *'could not access file "dlock"'* ]]; then
+        result ok "SQL edition: the server has no C edition to load (CREATE EXTENSION dlock and LOAD 'dlock' fail)"
+    else
+        result not "SQL edition: the server has no C edition to load (CREATE EXTENSION dlock and LOAD 'dlock' fail)"
+        printf '#   got: %s\n#   and: %s\n' "$ext" "$load"
+    fi
+fi
 
 say "starting pgbouncer on 127.0.0.1:$BOUNCER_PORT (transaction pooling)"
 B=$WORK/bouncer
@@ -269,6 +413,7 @@ export DLOCK_BOUNCER_ADMIN="postgresql://bouncer_admin:adminpw@127.0.0.1:$BOUNCE
 export DLOCK_SUPER_URL="postgresql://postgres@127.0.0.1:$PG_PORT/$DB"
 export PGHOST=127.0.0.1 PGPORT=$PG_PORT PGUSER=app PGPASSWORD=pw PGDATABASE=$DB
 export PATH=$PG_BINDIR:$PATH
+export DLOCK_EDITION=$EDITION DLOCK_SQL_EDITION=$SRC_DIR/sql-edition/dlock.sql
 unset PGSERVICE PGSSLMODE PGOPTIONS
 
 up=no
@@ -331,6 +476,34 @@ while IFS=$'\t' read -r runner rel line n setup; do
     grep -qx "$n" "$WORK/examples-run" ||
         result not "$rel: the example at line $line was run by a driver's run ($runner)"
 done <"$WORK/examples"
+
+# The module in the server's processes, sampled for the whole run
+kill "$SAMPLER_PID"
+wait "$SAMPLER_PID" 2>/dev/null || true
+SAMPLER_PID=
+dlock_so_mapped >>"$WORK/dlock-so-mapped"
+samples=$(wc -l <"$WORK/dlock-so-samples")
+if [ "$EDITION" = c ]; then
+    if [ "$samples" -ge 3 ] && grep -qx "/proc/$CLUSTER_PID/maps" "$WORK/dlock-so-mapped"; then
+        result ok "C edition: dlock.so mapped by the postmaster (preloaded), seen by $samples samples of the server's processes"
+    else
+        result not "C edition: dlock.so mapped by the postmaster (preloaded), seen by $samples samples of the server's processes"
+    fi
+else
+    dbs=$(super -d postgres -c "SELECT datname FROM pg_database WHERE datallowconn")
+    with_ext=
+    for d in $dbs; do
+        [ -z "$(super -d "$d" -c "SELECT 1 FROM pg_extension WHERE extname = 'dlock'")" ] ||
+            with_ext="$with_ext $d"
+    done
+    if [ "$samples" -ge 3 ] && [ ! -s "$WORK/dlock-so-mapped" ] && [ -z "$with_ext" ]; then
+        result ok "SQL edition: dlock.so mapped by no process of the server in $samples samples of the whole run, and no database has extension dlock"
+    else
+        result not "SQL edition: dlock.so mapped by no process of the server in $samples samples of the whole run, and no database has extension dlock"
+        sort -u "$WORK/dlock-so-mapped" | head -n 5 | sed 's/^/#   mapped: /'
+        echo "#   databases with extension dlock:${with_ext:- none}"
+    fi
+fi
 
 [ "$failed" -eq 0 ] || { echo "# pgbouncer's log:"; tail -n 20 "$B/pgbouncer.log" | sed 's/^/# /'; }
 echo "$passed passed, $failed failed"

@@ -18,6 +18,7 @@ public final class DriverTest {
     private static int checks = 0;
     private static int failures = 0;
     private static final String RUN = Long.toString(ProcessHandle.current().pid());
+    private static final boolean SQL_EDITION = "sql".equals(System.getenv("DLOCK_EDITION"));
     private static Connection su;
 
     private static boolean ok(boolean cond, String what, Object diag) {
@@ -171,16 +172,58 @@ public final class DriverTest {
         }
     }
 
+    // dlock installed in the database dbname as test/drivers/run.sh does: the C
+    // edition by the superuser, at version (null: the default), or the SQL
+    // edition's script run with psql by the application role, which owns the
+    // database
+    static void installDlock(String dbname, String version) throws Exception {
+        if (!SQL_EDITION) {
+            try (Connection s = connect(System.getenv("DLOCK_SUPER_URL"), dbname, "")) {
+                exec(s, "CREATE EXTENSION dlock" + (version == null ? "" : " VERSION '" + version + "'"));
+            }
+            return;
+        }
+        URI app = URI.create(System.getenv("DLOCK_DIRECT_URL"));
+        String url = new URI(app.getScheme(), app.getUserInfo(), app.getHost(), app.getPort(),
+            "/" + dbname, null, null).toString();
+        Process p = new ProcessBuilder("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url,
+            "-f", System.getenv("DLOCK_SQL_EDITION")).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes());
+        if (p.waitFor() != 0) throw new IllegalStateException("the SQL edition's script: " + out);
+    }
+
     //
-    // A database still at 1.1: a row of NULLs, which rs.next() alone misreads
+    // A database still at 1.1: a row of NULLs, which rs.next() alone misreads.
+    // The SQL edition has one version, 1.3: there, a new database refuses with
+    // no row, and the recipe reads that as refused
     //
     static void version11() throws Exception {
         String dbname = "dlock_jdbc_v11_" + RUN;
         exec(su, "CREATE DATABASE " + dbname + " OWNER app");
         try {
-            try (Connection s = connect(System.getenv("DLOCK_SUPER_URL"), dbname, "")) {
-                exec(s, "CREATE EXTENSION dlock VERSION '1.1'");
+            if (SQL_EDITION) {
+                installDlock(dbname, null);
+                try (Connection db = connect(System.getenv("DLOCK_DIRECT_URL"), dbname, "")) {
+                    Worker.Lease holder = Worker.tryAcquire(db, "job:x", "30s", "jdbc-holder");
+                    boolean hasRow;
+                    try (PreparedStatement ps = db.prepareStatement(
+                            "SELECT name, owner, token FROM dlock.try_acquire(?, ?::interval, ?)")) {
+                        ps.setString(1, "job:x");
+                        ps.setString(2, "30s");
+                        ps.setString(3, "jdbc-worker-1");
+                        try (ResultSet rs = ps.executeQuery()) {
+                            hasRow = rs.next();
+                        }
+                    }
+                    String edition = rows(db, "SELECT obj_description('dlock'::regnamespace, 'pg_namespace')").get(0).get(0);
+                    ok(holder != null && !hasRow && edition.startsWith("dlock 1.3, SQL edition")
+                        && Worker.tryAcquire(db, "job:x", "30s", "jdbc-worker-1") == null,
+                        "[SQL edition] no database at 1.1 (one version, 1.3): a new database refuses with no row, and tryAcquire returns null",
+                        hasRow + " " + edition);
+                }
+                return;
             }
+            installDlock(dbname, "1.1");
             try (Connection db = connect(System.getenv("DLOCK_DIRECT_URL"), dbname, "")) {
                 Worker.Lease holder = Worker.tryAcquire(db, "job:x", "30s", "jdbc-holder");
                 boolean hasRow;

@@ -4,12 +4,14 @@
 // status is the number of failures. Environment: see test/drivers/run.sh.
 'use strict';
 
+const { execFileSync } = require('child_process');
 const pg = require('pg');
 const W = require('./worker');
 
 const DIRECT = process.env.DLOCK_DIRECT_URL;
 const BOUNCER = process.env.DLOCK_BOUNCER_URL;
 const SUPER = process.env.DLOCK_SUPER_URL;
+const SQL_EDITION = process.env.DLOCK_EDITION === 'sql';
 const TWO53 = 9007199254740992n;
 let failures = 0;
 let checks = 0;
@@ -64,6 +66,25 @@ async function liveWithin(name, ms) {
 }
 async function cleanUp(name) {
   await su.query('SELECT dlock.force_release($1)', [name]);
+}
+
+// A URL of the database dbname: url's server and role
+function urlOf(url, dbname) {
+  const u = new URL(url);
+  u.pathname = `/${dbname}`;
+  return u.toString();
+}
+
+// dlock installed in the database dbname as test/drivers/run.sh does: the C
+// edition by the superuser (s, connected to it), or the SQL edition's
+// script run with psql by the application role, which owns the database
+async function installDlock(s, dbname, version) {
+  if (!SQL_EDITION) {
+    await s.query(`CREATE EXTENSION dlock${version ? ` VERSION '${version}'` : ''}`);
+    return;
+  }
+  execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', urlOf(DIRECT, dbname),
+    '-f', process.env.DLOCK_SQL_EDITION], { stdio: ['ignore', 'ignore', 'inherit'] });
 }
 
 //
@@ -132,19 +153,33 @@ async function recipe(where, url) {
 }
 
 //
-// A database still at 1.1: a row of NULLs, which rows.length alone misreads
+// A database still at 1.1: a row of NULLs, which rows.length alone misreads.
+// The SQL edition has one version, 1.3: there, a new database refuses with
+// no row, and the recipe reads that as refused
 //
 async function version11() {
   const dbname = `dlock_node_v11_${run}`;
   await su.query(`CREATE DATABASE ${dbname} OWNER app`);
-  const url = new URL(SUPER);
-  url.pathname = `/${dbname}`;
-  const s11 = await connect(url.toString());
+  const s11 = await connect(urlOf(SUPER, dbname));
   try {
-    await s11.query("CREATE EXTENSION dlock VERSION '1.1'");
-    const app = new URL(DIRECT);
-    app.pathname = `/${dbname}`;
-    const db = await connect(app.toString());
+    if (SQL_EDITION) {
+      await installDlock(s11, dbname);
+      const db = await connect(urlOf(DIRECT, dbname));
+      const holder = await W.tryAcquire(db, 'job:x', '30s', 'node-holder');
+      const { rows } = await db.query(
+        'SELECT name, owner, token FROM dlock.try_acquire($1, $2::interval, $3)',
+        ['job:x', '30s', 'node-worker-1']);
+      const edition = (await s11.query(
+        "SELECT obj_description('dlock'::regnamespace, 'pg_namespace') AS c")).rows[0].c;
+      ok(holder !== null && rows.length === 0 && edition.startsWith('dlock 1.3, SQL edition')
+         && await W.tryAcquire(db, 'job:x', '30s', 'node-worker-1') === null,
+        '[SQL edition] no database at 1.1 (one version, 1.3): a new database refuses with no row, and tryAcquire returns null',
+        JSON.stringify({ rows, edition }));
+      await db.end();
+      return;
+    }
+    await installDlock(s11, dbname, '1.1');
+    const db = await connect(urlOf(DIRECT, dbname));
     const holder = await W.tryAcquire(db, 'job:x', '30s', 'node-holder');
     const { rows } = await db.query(
       'SELECT name, owner, token FROM dlock.try_acquire($1, $2::interval, $3)',
@@ -228,14 +263,11 @@ async function statementTimeout() {
 async function int8() {
   const dbname = `dlock_node_big_${run}`;
   await su.query(`CREATE DATABASE ${dbname} OWNER app`);
-  const surl = new URL(SUPER);
-  surl.pathname = `/${dbname}`;
-  const s = await connect(surl.toString());
-  const app = new URL(DIRECT);
-  app.pathname = `/${dbname}`;
+  const s = await connect(urlOf(SUPER, dbname));
+  const app = new URL(urlOf(DIRECT, dbname));
   const clients = [];
   try {
-    await s.query('CREATE EXTENSION dlock');
+    await installDlock(s, dbname);
     await s.query(`CREATE TABLE jobs (id text PRIMARY KEY, done_by bigint, runs int NOT NULL DEFAULT 0);
                    ALTER TABLE jobs OWNER TO app;
                    INSERT INTO jobs (id) VALUES ('a'), ('b'), ('c'), ('d')`);

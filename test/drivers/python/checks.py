@@ -9,9 +9,13 @@ each shown to happen and then avoided: a wait bounded on the client only,
 psycopg2's implicit transaction, psycopg 3's pipeline mode, SQLAlchemy's
 bulk update without synchronize_session='fetch', the ttl's Python type,
 psycopg 3's prepared statements through pgbouncer, dlock.allow_session_bound
-set with ALTER ROLE behind pgbouncer, a waiting acquire() against CREATE
-INDEX CONCURRENTLY; and the Alembic migration run by three processes at once,
-then with its lease lost in the middle of the index build, and run again.
+set with ALTER ROLE behind pgbouncer (and whether the role can set it back
+on: not in the C edition, where it is superuser-only; in the SQL edition,
+where no module defines it, yes), a waiting acquire() against CREATE INDEX
+CONCURRENTLY; a poller's place in the queue (try_acquire's queue => true)
+through pgbouncer, which the SQL edition refuses with 0A000; and the Alembic
+migration run by three processes at once, then with its lease lost in the
+middle of the index build, and run again.
 """
 import asyncio
 import os
@@ -35,6 +39,7 @@ DIRECT = os.environ["DLOCK_DIRECT_URL"]
 BOUNCER = os.environ["DLOCK_BOUNCER_URL"]
 ADMIN = os.environ["DLOCK_BOUNCER_ADMIN"]
 SUPER = os.environ["DLOCK_SUPER_URL"]
+EDITION = os.environ.get("DLOCK_EDITION", "c")
 HERE = os.path.dirname(os.path.abspath(__file__))
 failed = 0
 
@@ -465,6 +470,74 @@ finally:
     sup.execute("ALTER ROLE app RESET dlock.allow_session_bound")
     admin("RECONNECT")
 pooled.close()
+
+# Who sets it, and whether it binds the role.  The C edition defines it
+# superuser-only; in the SQL edition no module defines it, so it is a
+# placeholder: ALTER ROLE of it is a superuser's (as of any placeholder),
+# any role may SET it, and ALTER ROLE only sets its default
+def set_by_app(sql):
+    with psycopg3_worker.connect(DIRECT) as own:
+        try:
+            own.execute(sql)
+            return "set"
+        except psycopg.Error as exc:
+            return exc.sqlstate
+
+
+by_role = set_by_app("ALTER ROLE app SET dlock.allow_session_bound = off")
+sup.execute("ALTER ROLE app SET dlock.allow_session_bound = off")
+try:
+    with psycopg3_worker.connect(DIRECT) as own:
+        before = session_bound(own)
+        try:
+            own.execute("SET dlock.allow_session_bound = on")
+            after = session_bound(own)
+        except psycopg.Error as exc:
+            after = exc.sqlstate
+finally:
+    sup.execute("ALTER ROLE app RESET dlock.allow_session_bound")
+if EDITION == "sql":
+    check(by_role == "42501" and before == "55000" and after == "granted",
+          "SQL edition: app may not ALTER ROLE app SET dlock.allow_session_bound (42501), and"
+          " the superuser's is a default only: the role's own SET turns it back on",
+          (by_role, before, after))
+else:
+    check(by_role == "42501" and before == "55000" and after == "42501",
+          "C edition: app may not ALTER ROLE app SET dlock.allow_session_bound, nor SET it"
+          " back on (42501, superuser-only)", (by_role, before, after))
+
+
+#
+# A poller's place in the queue through pgbouncer (try_acquire(...,
+# queue => true), for waiting without holding a server connection): the C
+# edition keeps it in shared memory; the SQL edition has none, and says so
+#
+def queued_try(conn):
+    row = conn.execute("SELECT token FROM dlock.try_acquire('queue:poll', '10s', 'poller',"
+                       " queue => true)").fetchone()
+    return None if row is None else row[0]
+
+
+held = hold("queue:poll", "holder", 10)
+polling = psycopg3_worker.connect(BOUNCER)
+try:
+    first = queued_try(polling)
+    sup.execute("SELECT dlock.release('queue:poll', 'holder')")
+    outcome = (first, queued_try(polling))
+except psycopg.Error as exc:
+    outcome = (exc.sqlstate, str(exc).splitlines()[0])
+polling.close()
+if EDITION == "sql":
+    check(outcome == ("0A000", "queue => true needs the C edition of dlock")
+          and lease("queue:poll") == ("holder", held, "live"),
+          "SQL edition: queue => true through pgbouncer raises 0A000 naming the C edition,"
+          " and leaves the holder's lease as it was", (outcome, lease("queue:poll")))
+else:
+    check(outcome[0] is None and outcome[1] is not None and outcome[1] > held
+          and lease("queue:poll") == ("poller", outcome[1], "live"),
+          "C edition: queue => true through pgbouncer refuses while the name is held,"
+          " then grants it to the poller once released", (outcome, lease("queue:poll")))
+free("queue:poll")
 
 
 #
