@@ -1838,6 +1838,10 @@ BEGIN
     PERFORM set_config('lock_timeout', saved, true);
     RETURN true;
   EXCEPTION WHEN lock_not_available THEN
+    -- the lock may have been handed over as the timeout fired: PostgreSQL
+    -- then keeps it granted and raises the timeout all the same, and a
+    -- session-level lock outlives this block's rollback
+    PERFORM dlock._unlock_session(k, x);
     RETURN false;
   END;
 END
@@ -2044,9 +2048,9 @@ BEGIN
     PERFORM pg_advisory_unlock(qk);
     q_held := false;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
-    IF q_held THEN
-      PERFORM dlock._unlock_session(qk, true);
-    END IF;
+    -- q_held or not: an error (a cancel, lock_timeout) may have come after
+    -- the queue lock was granted and before q_held said so
+    PERFORM dlock._unlock_session(qk, true);
     RAISE;
   END;
   IF p.outcome <> 'done' THEN
@@ -3071,6 +3075,7 @@ DECLARE
   p dlock._set_plan;
   deadline timestamptz := '-infinity';
   joined integer := 0;
+  trying integer := 0;
   qk bigint;
 BEGIN
   s.names := dlock._names(names);
@@ -3095,6 +3100,7 @@ BEGIN
   BEGIN
     FOR i IN 1 .. cardinality(s.names) LOOP
       qk := dlock.name_key(s.names[i]) # dlock._k('queue');
+      trying := i;
       IF NOT dlock._session_lock(qk, true, deadline) THEN
         RAISE SQLSTATE 'DLK72';
       END IF;
@@ -3116,12 +3122,14 @@ BEGIN
     END LOOP;
     joined := -1;
   EXCEPTION
+    -- up to the queue being joined: an error (a cancel, lock_timeout) may
+    -- have come after its lock was granted and before joined said so
     WHEN SQLSTATE 'DLK72' THEN
-      FOR i IN 1 .. joined LOOP
+      FOR i IN 1 .. greatest(joined, trying) LOOP
         PERFORM dlock._unlock_session(dlock.name_key(s.names[i]) # dlock._k('queue'), true);
       END LOOP;
     WHEN OTHERS OR query_canceled THEN
-      FOR i IN 1 .. joined LOOP
+      FOR i IN 1 .. greatest(joined, trying) LOOP
         PERFORM dlock._unlock_session(dlock.name_key(s.names[i]) # dlock._k('queue'), true);
       END LOOP;
       RAISE;
@@ -3150,14 +3158,12 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
   wk bigint := dlock.name_key(name) # dlock._k('watch');
-  held boolean := false;
   live_token bigint;
   earliest timestamptz;
   now timestamptz;
 BEGIN
   BEGIN
     PERFORM pg_advisory_lock_shared(wk);
-    held := true;
     LOOP
       now := clock_timestamp();
       SELECT t.token, t.earliest INTO live_token, earliest
@@ -3170,11 +3176,10 @@ BEGIN
       PERFORM dlock._sleep(earliest, deadline);
     END LOOP;
     PERFORM pg_advisory_unlock_shared(wk);
-    held := false;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
-    IF held THEN
-      PERFORM dlock._unlock_session(wk, false);
-    END IF;
+    -- held or not: a cancel or lock_timeout may have come as the lock was
+    -- granted, which PostgreSQL then keeps
+    PERFORM dlock._unlock_session(wk, false);
     RAISE;
   END;
   IF (live_token IS NULL) <> (token IS NULL) OR live_token <> token THEN
