@@ -7,14 +7,16 @@
 # control file and scripts left out, so that this works on a machine that
 # has the C edition installed.  The suites run as the user that owns the
 # clusters (sql-edition/test/ci.sh: as the plain role that installed the
-# SQL edition, then as a superuser); ends with "N passed, N failed".
+# SQL edition, then as a superuser, then the stress checker of stress/ as a
+# role that is no superuser); ends with "N passed, N failed".
 
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # The server and psql, and pg_regress and the isolation tester, which come
-# with the headers (PostgreSQL 13's tester: see scripts/chroot.sh); not what
-# the C edition's TAP tests start
-DEBIAN_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR")
+# with the headers (PostgreSQL 13's tester: see scripts/chroot.sh); the
+# compiler and libpq's headers for the stress checker; not what the C
+# edition's TAP tests start
+DEBIAN_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" gcc libpq-dev)
 ensure_packages
 
 WORK=$(make_work_dir)
@@ -50,7 +52,7 @@ if [ "$("$root$bindir/pg_config" --bindir)" != "$root$bindir" ]; then
         { echo "$root$bindir/pg_config does not print the copy's paths" >&2; exit 1; }
 fi
 mkdir "$WORK/src"
-tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.so' -cf - sql-edition test/sql test/expected test/specs Makefile dlock.control |
+tar -C "$SRC_DIR" --exclude=.git --exclude='*.o' --exclude='*.so' -cf - sql-edition test/sql test/expected test/specs test/lib stress Makefile dlock.control |
     tar -C "$WORK/src" -xf -
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK"
 as_run_user env PG_CONFIG="$root$bindir/pg_config" TMPDIR="$WORK" \

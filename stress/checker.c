@@ -60,6 +60,14 @@
  *	                follow one another), and no token may be written twice.
  *	  commits       the row (the rows) must hold a token for every acknowledged
  *	                write, and no more than the writes that may have committed.
+ *	  queue         a wait that ran out of time (55P03) must leave the name's
+ *	                queue: a session that kept its place would make every later
+ *	                acquire() of the name wait behind a head that waits for
+ *	                nothing, and try_acquire() find the name busy, for as long
+ *	                as the session lasts.  Read from dlock.locks after each
+ *	                such timeout; a worker found holding a place is counted
+ *	                and starts a new session, which gives the place back.
+ *	                Must be 0 (in a control run too, or the control failed).
  *	  writers       in the semaphore mode, the most workers inside a fenced
  *	                transaction at once must be at most N.
  *	  It also reports how many workers *believed* they held the lease at the
@@ -80,9 +88,24 @@
  *	  same names at once; judged from fenced writes and from dlock.leases.
  *	  kinds.c owns it, and its header says what it checks and why.
  *
+ * The editions
+ *	  Every mode runs against either edition of dlock: the C edition
+ *	  (extension dlock) or the SQL edition (sql-edition/dlock.sql, for
+ *	  servers that load no C library), which has the same functions,
+ *	  arguments, results and guarantees.  The checker calls only what both
+ *	  have (no statistics, no places in a queue, nothing only a superuser
+ *	  may read), so each check applies to both as it stands.  A database
+ *	  with neither gets the C edition's extension created; the SQL edition
+ *	  is installed beforehand, by the role that owns the database.
+ *	  --edition c or --edition sql refuses a database that has the other,
+ *	  so that a run meant for one edition cannot test the other unnoticed.
+ *	  The role the checker runs as needs no superuser right: it creates its
+ *	  tables, and the kinds mode calls dlock.purge(), which the database's
+ *	  owner may.
+ *
  * Usage
  *	  checker [--workers N] [--seconds S] [--soak] [--no-fence]
- *	          [--permits N | --kinds] [--seed X]
+ *	          [--permits N | --kinds] [--edition c|sql] [--seed X]
  *	  The connection comes from the libpq environment (PGHOST, PGPORT, ...);
  *	  only a local server is accepted, since the tables stress_set,
  *	  stress_writers and stress_kinds_* are dropped and recreated.  Later options override
@@ -142,6 +165,7 @@ struct worker_stats
 	long		aborted;
 	long		unknown;
 	long		released_late;	/* release() false: the lease had ended already */
+	long		queue_kept;		/* a timed-out acquire left a place in the queue */
 	long		errors;			/* anything else the server or libpq reported */
 	long		n_held;			/* complete holding intervals recorded */
 	int			overflow;
@@ -175,6 +199,7 @@ int			fenced = 1;
 int			workers_given = 0;	/* --workers was on the command line */
 static int	permits = 1;		/* > 1: the semaphore mode */
 static int	kinds = 0;			/* --kinds: the mixed-kinds mode (kinds.c) */
+enum edition edition_wanted = EDITION_ANY;
 uint64_t	seed;
 static long cap;				/* grants and writes one worker can record */
 
@@ -507,6 +532,37 @@ append_element(PGconn *conn, struct worker_stats *st, int w, const char *token,
 	commit_write(conn, st, status);
 }
 
+/*
+ * The check after a wait that ran out of time.  Both editions show the
+ * head of a name's queue in dlock.locks as kind 'queue' (and a look at it,
+ * which lasts only while a call decides); between calls a session holds
+ * none.  (The SQL edition shows only the locks of names that have rows in
+ * dlock.lease_state, so a place kept in the queue of a name purged since is
+ * not seen: the check can miss a place, never invent one.)
+ */
+int
+queue_left(PGconn *conn, char *msg, size_t size)
+{
+	PGresult   *res = PQexec(conn,
+							 "SELECT count(*), string_agg(coalesce(name, '(unnamed)') || ' '"
+							 "   || mode || CASE WHEN granted THEN '' ELSE ' (waiting)' END, ', ')"
+							 " FROM dlock.locks WHERE pid = pg_backend_pid() AND kind = 'queue'");
+	int			left;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	{
+		dlc_message(msg, size, "reading dlock.locks", PQerrorMessage(conn));
+		PQclear(res);
+		return -1;
+	}
+	left = strcmp(PQgetvalue(res, 0, 0), "0") == 0;
+	if (!left)
+		snprintf(msg, size, "after a wait that timed out (55P03), its session still "
+				 "holds the queue of: %s", PQgetvalue(res, 0, 1));
+	PQclear(res);
+	return left;
+}
+
 /* One worker's life; the return value is its exit status */
 static int
 worker_main(int w, double deadline)
@@ -578,12 +634,33 @@ worker_main(int w, double deadline)
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		{
 			if (dlc_has_sqlstate(res, "55P03"))
+			{
+				char		msg[256];
+				int			left;
+
 				st->timeouts++;
+				PQclear(res);
+				left = queue_left(conn, msg, sizeof(msg));
+				if (left < 0)
+					note_error(st, "acquire", msg);
+				else if (!left)
+				{
+					/* a new session gives the place back */
+					st->queue_kept++;
+					if (st->first_error[0] == '\0')
+						snprintf(st->first_error, sizeof(st->first_error), "%s", msg);
+					PQfinish(conn);
+					conn = dlc_connect_as(appname);
+				}
+			}
 			else
+			{
 				note_error(st, "acquire", PQerrorMessage(conn));
-			PQclear(res);
+				PQclear(res);
+			}
 			if (PQstatus(conn) != CONNECTION_OK)
 			{
+				note_error(st, "connection", PQerrorMessage(conn));
 				rc = 3;
 				break;
 			}
@@ -677,7 +754,7 @@ usage(FILE *out)
 {
 	fprintf(out,
 			"usage: checker [--workers N] [--seconds S] [--soak] [--no-fence]\n"
-			"               [--permits N | --kinds] [--seed X]\n"
+			"               [--permits N | --kinds] [--edition c|sql] [--seed X]\n"
 			"  --workers N   worker processes, 1 to %d (default 8; 3 per permit with --permits,\n"
 			"                12 with --kinds)\n"
 			"  --seconds S   length of the run, 1 to %d (default %d)\n"
@@ -687,6 +764,9 @@ usage(FILE *out)
 			"                the workers; at most N fenced writers at once\n"
 			"  --kinds       mixed-kinds mode: exclusive, shared, permits and sets on three\n"
 			"                names; no conflicting holders inside at once (see kinds.c)\n"
+			"  --edition E   the edition of dlock the database must have: c (extension dlock,\n"
+			"                created if missing) or sql (schema dlock from sql-edition/dlock.sql,\n"
+			"                installed beforehand); default: whichever it has, else c\n"
 			"  --seed X      seed of the random schedule (default: from the clock)\n"
 			"Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE).\n",
 			MAX_WORKERS, MAX_SECONDS, DEFAULT_SECONDS, SOAK_SECONDS, MAX_PERMITS);
@@ -736,6 +816,20 @@ parse_options(int argc, char **argv)
 			permits = (int) parse_number(a, argv[++i], 2, MAX_PERMITS);
 		else if (strcmp(a, "--kinds") == 0)
 			kinds = 1;
+		else if (strcmp(a, "--edition") == 0)
+		{
+			const char *e = argv[++i];
+
+			if (e != NULL && strcmp(e, "c") == 0)
+				edition_wanted = EDITION_C;
+			else if (e != NULL && strcmp(e, "sql") == 0)
+				edition_wanted = EDITION_SQL;
+			else
+			{
+				fprintf(stderr, "checker: --edition must be c or sql\n");
+				exit(1);
+			}
+		}
 		else if (strcmp(a, "--seed") == 0)
 		{
 			char	   *end;
@@ -870,6 +964,71 @@ connect_parent(void)
 	return conn;
 }
 
+/*
+ * Which edition the database has: the C edition is an extension, the SQL
+ * edition a schema dlock that no extension owns.  The role and whether it
+ * is a superuser go on the line that names the edition, so that a log
+ * shows what a run tested.
+ */
+int
+use_dlock(PGconn *conn)
+{
+	PGresult   *res;
+	int			extension;
+	int			schema;
+	const char *edition;
+
+	res = PQexec(conn,
+				 "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'dlock'),"
+				 " EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = 'dlock'),"
+				 " current_user, (SELECT rolsuper FROM pg_catalog.pg_roles"
+				 "   WHERE rolname = current_user)");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	{
+		fprintf(stderr, "checker: looking for dlock: %s", PQerrorMessage(conn));
+		PQclear(res);
+		return 0;
+	}
+	extension = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	schema = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+	if (!extension && schema)
+		edition = "sql";
+	else if (extension || edition_wanted != EDITION_SQL)
+		edition = "c";
+	else
+	{
+		fprintf(stderr, "checker: --edition sql: the database has no schema dlock "
+				"(install sql-edition/dlock.sql first, as the database's owner)\n");
+		PQclear(res);
+		return 0;
+	}
+	if ((edition_wanted == EDITION_C && edition[0] != 'c') ||
+		(edition_wanted == EDITION_SQL && edition[0] != 's'))
+	{
+		fprintf(stderr, "checker: --edition %s: the database has the %s edition of dlock\n",
+				edition_wanted == EDITION_C ? "c" : "sql",
+				edition[0] == 'c' ? "C" : "SQL");
+		PQclear(res);
+		return 0;
+	}
+	printf("edition=%s role=%s%s\n", edition, PQgetvalue(res, 0, 2),
+		   strcmp(PQgetvalue(res, 0, 3), "t") == 0 ? " (superuser)" : " (not a superuser)");
+	fflush(stdout);
+	PQclear(res);
+	if (extension || edition[0] != 'c')
+		return 1;
+
+	res = PQexec(conn, "CREATE EXTENSION dlock");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		fprintf(stderr, "checker: CREATE EXTENSION dlock: %s", PQerrorMessage(conn));
+		PQclear(res);
+		return 0;
+	}
+	PQclear(res);
+	return 1;
+}
+
 static int
 setup_database(void)
 {
@@ -880,12 +1039,16 @@ setup_database(void)
 
 	if (conn == NULL)
 		return 0;
+	if (!use_dlock(conn))
+	{
+		PQfinish(conn);
+		return 0;
+	}
 	if (permits > 1)
 	{
 		/* one row per worker, numbered as the workers are */
 		snprintf(sql, sizeof(sql),
 				 "SET client_min_messages = warning;"
-				 "CREATE EXTENSION IF NOT EXISTS dlock;"
 				 "DROP TABLE IF EXISTS stress_writers;"
 				 "CREATE TABLE stress_writers (worker int PRIMARY KEY,"
 				 " elements int[] NOT NULL, tokens bigint[] NOT NULL);"
@@ -898,7 +1061,6 @@ setup_database(void)
 	else
 		res = PQexec(conn,
 					 "SET client_min_messages = warning;"
-					 "CREATE EXTENSION IF NOT EXISTS dlock;"
 					 "DROP TABLE IF EXISTS stress_set;"
 					 "CREATE TABLE stress_set (id int PRIMARY KEY, elements int[] NOT NULL,"
 					 " tokens bigint[] NOT NULL);"
@@ -1379,10 +1541,11 @@ sum_stats(struct worker_stats *sum)
 		sum->aborted += st->aborted;
 		sum->unknown += st->unknown;
 		sum->released_late += st->released_late;
+		sum->queue_kept += st->queue_kept;
 		sum->errors += st->errors;
 		if (st->first_error[0] != '\0')
-			fprintf(stderr, "worker %d: %ld error(s), first: %s\n", w, st->errors,
-					st->first_error);
+			fprintf(stderr, "worker %d: %ld error(s), %ld place(s) kept in a queue, first: %s\n",
+					w, st->errors, st->queue_kept, st->first_error);
 		if (st->overflow)
 		{
 			fprintf(stderr, "worker %d: ran out of room to record its history\n", w);
@@ -1538,6 +1701,16 @@ set_main(void)
 		v.disorder > 0 || !commits_ok;
 	if (permits > 1 && (occ->most > permits || v.shared_tokens > 0))
 		anomalies = 1;
+	if (sum.queue_kept > 0)
+	{
+		/* a fault of the lock's in either run, not a missing fence's */
+		printf("acquire() calls that timed out and left their session holding a place "
+			   "in the queue: %ld\n", sum.queue_kept);
+		if (fenced)
+			anomalies = 1;
+		else
+			clean = 0;
+	}
 	if (sum.acked == 0)
 	{
 		printf("no write was acknowledged: the run tested nothing\n");

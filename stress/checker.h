@@ -30,6 +30,15 @@ extern int	fenced;
 extern int	workers_given;
 extern uint64_t seed;
 
+/* --edition: which edition of dlock a run needs */
+enum edition
+{
+	EDITION_ANY,				/* whichever the database has; else the C edition */
+	EDITION_C,					/* extension dlock, created if missing */
+	EDITION_SQL					/* schema dlock of sql-edition/dlock.sql, installed beforehand */
+};
+extern enum edition edition_wanted;
+
 /* the seeded schedule: each process has its own state */
 extern uint64_t rng_state;
 uint64_t	rng_next(void);
@@ -43,6 +52,20 @@ int			sleep_until(double t_ms);
 extern volatile sig_atomic_t interrupted;
 
 PGconn	   *connect_parent(void);
+
+/*
+ * Before a mode sets up its tables: make sure the database has dlock, of
+ * the edition wanted (the C edition's extension is created when the
+ * database has neither), and say which; 0, having said why, if not
+ */
+int			use_dlock(PGconn *conn);
+
+/*
+ * After a wait for a lease that ran out of time (55P03): 1 if the session
+ * holds no place in any name's queue, as it must; 0 if it does, -1 if
+ * dlock.locks could not be read (msg says which, or why)
+ */
+int			queue_left(PGconn *conn, char *msg, size_t size);
 void	   *map_shared(size_t bytes);
 
 /*

@@ -92,6 +92,12 @@
  *	  another owner's grant, shows up here, since then no conflicting pair
  *	  is ever inside at once.  Only the server's clock is used.
  *
+ * Check (d): a wait that ran out of time left the name's queue
+ *	  After each acquire() or acquire_all() that ended with 55P03, the
+ *	  worker reads its own session's queue locks in dlock.locks: it must
+ *	  hold none (checker.c, queue_left(), says why).  A worker that holds
+ *	  one is counted, and starts a new session, which gives the place back.
+ *
  * Also failures: XX000 (such as "tuple concurrently updated"), 40P01, any
  * other error but a 55P03 timeout or a 22023 refusal, a worker that did not
  * finish.  A run passes only if it tested something: minimum counts of
@@ -180,6 +186,7 @@ struct kinds_stats
 	long		xx000;
 	long		deadlocks;
 	long		twice;			/* a token entered twice on a name: 23505 */
+	long		queue_kept;		/* check (d): a place in a queue left after a timeout */
 	long		errors;			/* every unexpected error, the above included */
 	char		first_error[256];
 	char		first_view[256];
@@ -255,7 +262,8 @@ struct holding
 
 /*
  * Ask for a lease of the kind; 1 when granted (h filled in), 0 otherwise,
- * with the reason counted
+ * with the reason counted, -1 when the wait timed out and left the session
+ * in a queue (check (d): the session must be replaced)
  */
 static int
 ask(PGconn *conn, struct kinds_stats *st, const char *owner, enum kind k,
@@ -342,7 +350,27 @@ ask(PGconn *conn, struct kinds_stats *st, const char *owner, enum kind k,
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		if (dlc_has_sqlstate(res, "55P03"))
+		{
 			st->timeouts++;
+			if (waiting)
+			{
+				char		msg[256];
+				int			left;
+
+				PQclear(res);
+				left = queue_left(conn, msg, sizeof(msg));
+				if (left < 0)
+					kinds_failure(st, msg);
+				else if (!left)
+				{
+					st->queue_kept++;
+					if (st->first_error[0] == '\0')
+						snprintf(st->first_error, sizeof(st->first_error), "%s", msg);
+					return -1;
+				}
+				return 0;
+			}
+		}
 		else if (dlc_has_sqlstate(res, "22023"))
 			st->mismatched++;
 		else
@@ -743,6 +771,27 @@ hold_and_release(PGconn *conn, struct kinds_stats *st, int w, const char *owner,
 	PQclear(res);
 }
 
+/* a worker's session; NULL (counted) if it cannot have one */
+static PGconn *
+kinds_connect(struct kinds_stats *st, const char *appname)
+{
+	PGconn	   *conn = dlc_connect_as(appname);
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		kinds_error(st, "connect", NULL, conn);
+		PQfinish(conn);
+		return NULL;
+	}
+	/* a wait that never ends is a failure, not a hung test */
+	if (!run_ok(conn, st, "set", "SET statement_timeout = '20s'", 0, NULL))
+	{
+		PQfinish(conn);
+		return NULL;
+	}
+	return conn;
+}
+
 static int
 kinds_worker(int w, double deadline)
 {
@@ -753,19 +802,9 @@ kinds_worker(int w, double deadline)
 	long		turn = 0;
 
 	snprintf(appname, sizeof(appname), "dlock-stress-kinds-w%d", w);
-	conn = dlc_connect_as(appname);
-	if (PQstatus(conn) != CONNECTION_OK)
-	{
-		kinds_error(st, "connect", NULL, conn);
-		PQfinish(conn);
+	conn = kinds_connect(st, appname);
+	if (conn == NULL)
 		return 2;
-	}
-	/* a wait that never ends is a failure, not a hung test */
-	if (!run_ok(conn, st, "set", "SET statement_timeout = '20s'", 0, NULL))
-	{
-		PQfinish(conn);
-		return 2;
-	}
 
 	while (dlc_mono_ms() < deadline - 20 && !interrupted)
 	{
@@ -791,6 +830,7 @@ kinds_worker(int w, double deadline)
 		else
 		{
 			enum kind	k = pick_kind(w);
+			int			got;
 
 			/*
 			 * An owner per grant: asking again as the owner of a lease not
@@ -803,8 +843,17 @@ kinds_worker(int w, double deadline)
 			 * Sets wait, most of them: their names are seldom all free at
 			 * once, but a waiter is first in each name's queue
 			 */
-			if (ask(conn, st, owner, k, chance(k == K_SET ? 40 : 10), ttl, &h))
+			got = ask(conn, st, owner, k, chance(k == K_SET ? 40 : 10), ttl, &h);
+			if (got > 0)
 				hold_and_release(conn, st, w, owner, &h, ttl, asked + ttl);
+			else if (got < 0)
+			{
+				/* check (d): a new session gives the place back */
+				PQfinish(conn);
+				conn = kinds_connect(st, appname);
+				if (conn == NULL)
+					return 3;
+			}
 		}
 		if (PQstatus(conn) != CONNECTION_OK)
 		{
@@ -829,9 +878,13 @@ kinds_setup(void)
 
 	if (conn == NULL)
 		return 0;
+	if (!use_dlock(conn))
+	{
+		PQfinish(conn);
+		return 0;
+	}
 	snprintf(sql, sizeof(sql),
 			 "SET client_min_messages = warning;"
-			 "CREATE EXTENSION IF NOT EXISTS dlock;"
 			 "DROP TABLE IF EXISTS stress_kinds_names, stress_kinds_inside,"
 			 " stress_kinds_seen, stress_kinds_left, stress_kinds_lost, stress_kinds_forced;"
 			 "CREATE TABLE stress_kinds_lost (name text NOT NULL, token bigint NOT NULL,"
@@ -987,7 +1040,6 @@ kinds_main(void)
 	double		deadline;
 	int			clean = 1;
 	long		view_total = 0;
-	long		grants = 0;
 	int			enough = 1;
 	int			anomalies;
 
@@ -1033,8 +1085,8 @@ kinds_main(void)
 		for (size_t i = 0; i < offsetof(struct kinds_stats, first_error) / sizeof(long); i++)
 			to[i] += from[i];
 		if (st->first_error[0] != '\0')
-			fprintf(stderr, "worker %d: %ld error(s), first: %s\n", w, st->errors,
-					st->first_error);
+			fprintf(stderr, "worker %d: %ld error(s), %ld place(s) kept in a queue, first: %s\n",
+					w, st->errors, st->queue_kept, st->first_error);
 		if (st->first_view[0] != '\0')
 			printf("kinds: dlock.leases, first conflict seen by worker %d: %s\n", w,
 				   st->first_view);
@@ -1046,8 +1098,6 @@ kinds_main(void)
 	if (!kinds_verify(&v))
 		return 1;
 
-	for (int k = 0; k < N_KINDS; k++)
-		grants += sum.granted[k];
 	for (int i = 0; i < N_VIEW; i++)
 		view_total += sum.view[i];
 
@@ -1076,6 +1126,8 @@ kinds_main(void)
 	printf("\n");
 	printf("kinds: (c) fences false before the expiry the server gave, no force_release "
 		   "to explain it=%ld (of %ld leases lost)\n", v.lost_early, v.lost);
+	printf("kinds: (d) waits that timed out and left their session in a queue=%ld\n",
+		   sum.queue_kept);
 	printf("kinds: errors=%ld (XX000 %ld, 40P01 %ld, token entered twice %ld)  "
 		   "still inside at the end=%ld\n",
 		   sum.errors, sum.xx000, sum.deadlocks, sum.twice, v.still_inside);
@@ -1084,6 +1136,14 @@ kinds_main(void)
 
 	anomalies = v.overlaps > 0 || v.over > 0 || view_total > 0 || sum.twice > 0 ||
 		v.lost_early > 0;
+	/* (d) is a fault of the lock's in either run, not a missing fence's */
+	if (sum.queue_kept > 0)
+	{
+		if (fenced)
+			anomalies = 1;
+		else
+			clean = 0;
+	}
 
 	if (fenced)
 	{
