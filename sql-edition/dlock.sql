@@ -1848,22 +1848,29 @@ END
 $$;
 
 -- How often a waiting head, or a watcher, reads the lease again to see a
--- release that no wake-up announces (the SQL edition has no latches to set)
-CREATE FUNCTION dlock._poll()
+-- release that no wake-up announces (the SQL edition has no latches to
+-- set), given how long it has waited: every millisecond at first, an
+-- eighth of the wait so far after that, and every 10 ms from 80 ms on.  A
+-- name that many take in turn is held for moments, and its next head sees
+-- the release within about a millisecond; a long wait costs a read every
+-- 10 ms.
+CREATE FUNCTION dlock._poll(waited interval)
 RETURNS interval
 LANGUAGE sql IMMUTABLE
-AS $$ SELECT interval '10 milliseconds' $$;
+AS $$ SELECT least(interval '10 milliseconds', greatest(interval '1 millisecond', waited / 8)) $$;
 
--- Sleep until a moment, the deadline or the next poll, whichever comes
--- first; pg_sleep() serves cancels and statement_timeout at once
-CREATE FUNCTION dlock._sleep(until timestamptz, deadline timestamptz)
+-- Sleep until a moment, the deadline or the next poll of a wait that began
+-- at since (NULL: long ago), whichever comes first; pg_sleep() serves
+-- cancels and statement_timeout at once
+CREATE FUNCTION dlock._sleep(until timestamptz, deadline timestamptz, since timestamptz DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
   now timestamptz := clock_timestamp();
   wake timestamptz := least(coalesce(until, 'infinity'), coalesce(deadline, 'infinity'),
-                            now + dlock._poll());
+                            now + dlock._poll(CASE WHEN since IS NULL OR since > now THEN interval '1 hour'
+                                                   ELSE now - since END));
 BEGIN
   IF wake > now THEN
     PERFORM pg_sleep(extract(epoch FROM wake - now)::double precision);
@@ -1988,7 +1995,8 @@ $$;
 -- order, and as the head of the queue waits for the lease: for the lock of
 -- a transaction that is changing the name, in the lock manager, and for a
 -- committed lease, in short sleeps until its expiry (or lock-delay end),
--- reading it again every dlock._poll() to see a release.
+-- reading it again every dlock._poll() from its turn as head on to see a
+-- release.
 CREATE FUNCTION dlock._acquire_step(name text, ttl interval, owner text, timeout interval,
                                     lock_delay interval, session_bound boolean, value text,
                                     shared boolean, max_holders integer)
@@ -2002,6 +2010,7 @@ DECLARE
   deadline timestamptz;
   qk bigint;
   q_held boolean := false;
+  head_since timestamptz;
   checked_own boolean := false;
 BEGIN
   q := dlock._request(name, ttl, owner, lock_delay, session_bound, value, false, shared, max_holders);
@@ -2031,6 +2040,7 @@ BEGIN
     IF NOT q_held THEN
       PERFORM dlock._timed_out(q, 'queued');
     END IF;
+    head_since := clock_timestamp();
     LOOP
       p := dlock._attempt(q, false, deadline, false, s.caller);
       EXIT WHEN p.outcome = 'done' OR p.outcome = 'busy'
@@ -2042,7 +2052,7 @@ BEGIN
       IF p.outcome = 'held' AND p.session_token IS NOT NULL THEN
         PERFORM dlock._wait_holder(p.session_token, p.until, deadline);
       ELSE
-        PERFORM dlock._sleep(p.until, deadline);
+        PERFORM dlock._sleep(p.until, deadline, head_since);
       END IF;
     END LOOP;
     PERFORM pg_advisory_unlock(qk);
@@ -3076,6 +3086,7 @@ DECLARE
   deadline timestamptz := '-infinity';
   joined integer := 0;
   trying integer := 0;
+  head_since timestamptz;
   qk bigint;
 BEGIN
   s.names := dlock._names(names);
@@ -3106,6 +3117,7 @@ BEGIN
       END IF;
       joined := i;
     END LOOP;
+    head_since := clock_timestamp();
     LOOP
       p := dlock._set_attempt(s.names, s.owner, false, false, s.caller);
       EXIT WHEN p.outcome = 'done'
@@ -3114,7 +3126,7 @@ BEGIN
         -- wait for that one lock alone, holding no other name lock
         EXIT WHEN NOT dlock._wait_free(p.busy_key, true, deadline);
       ELSE
-        PERFORM dlock._sleep(p.until, deadline);
+        PERFORM dlock._sleep(p.until, deadline, head_since);
       END IF;
     END LOOP;
     FOR i IN 1 .. joined LOOP
@@ -3148,7 +3160,7 @@ $$;
 --
 -- dlock.watch() (src/watch.c): reads the name's rows through a fresh
 -- snapshot, without any lock of the name, and sleeps until the live lease
--- expires, reading again every dlock._poll() (no commit wakes it in the SQL
+-- expires, reading again every dlock._poll() of its wait (no commit wakes it in the SQL
 -- edition).  It holds the name's watch lock, a session-level shared lock,
 -- while it watches, so that dlock.locks shows it.
 --
@@ -3161,6 +3173,7 @@ DECLARE
   live_token bigint;
   earliest timestamptz;
   now timestamptz;
+  since timestamptz := clock_timestamp();
 BEGIN
   BEGIN
     PERFORM pg_advisory_lock_shared(wk);
@@ -3173,7 +3186,7 @@ BEGIN
                ORDER BY s.token DESC LIMIT 1) t;
       EXIT WHEN (live_token IS NULL) <> (token IS NULL) OR live_token <> token;
       EXIT WHEN deadline = '-infinity' OR (deadline IS NOT NULL AND clock_timestamp() >= deadline);
-      PERFORM dlock._sleep(earliest, deadline);
+      PERFORM dlock._sleep(earliest, deadline, since);
     END LOOP;
     PERFORM pg_advisory_unlock_shared(wk);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
