@@ -46,6 +46,14 @@
 #     a writer's wait for an exclusive lock of a name that 8 readers keep
 #     taking shared (writer_wait.c): advisory locks, the PL/pgSQL leases
 #     (the writer polls), dlock (it queues)
+#   the SQL edition (sql-edition/dlock.sql) against the C edition, each in a
+#   database of its own, both with their default settings and
+#   synchronous_commit on: cycles on random names out of 10,000 with 1 and 8
+#   clients (try_acquire + release), and on one hot name with 8 clients
+#   (acquire, waiting, + release); methods: the durable floor, the C edition
+#   (CREATE EXTENSION dlock, not preloaded, as in every other section), the
+#   SQL edition installed and owned by a role without superuser rights, as
+#   on a managed service, whose clients connect as that role
 #
 # Methods run in turn (A B C A B C ...), REPS times each with a fixed
 # duration; the tables show the median of the repetitions.
@@ -60,10 +68,13 @@
 # a minute to show that the benchmark works; its figures mean nothing.
 # SECONDS_PER_RUN, REPS, FENCE_REPS, SCALE_REPS, SCALE_WARMUP_SECONDS, POLL_MS
 # and CHURN_SECONDS override the defaults; BENCH_SECTIONS picks some of the
-# parts: cycles guarded sets fence churn scale kinds (churn's table counts
-# what ran before it).  Section kinds also writes kinds.tsv (its cycle-rate
-# rows), writer-samples.tsv (every writer wait, in ms) and kinds-info.tsv, and
-# the charts kinds-rate.svg and writer-wait.svg.
+# parts: cycles guarded sets fence churn scale kinds editions (churn's table
+# counts what ran before it).  Section kinds also writes kinds.tsv (its
+# cycle-rate rows), writer-samples.tsv (every writer wait, in ms) and
+# kinds-info.tsv, and the charts kinds-rate.svg and writer-wait.svg; section
+# editions writes editions.tsv and editions-info.tsv.  PG_PORT and REDIS_PORT
+# set the ports (the cluster listens on a unix socket only, Redis on
+# 127.0.0.1).
 
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 
@@ -80,7 +91,7 @@ fi
 # lease, Redis) on the hot name: retry 1 ms after a refused acquire
 POLL_MS=${POLL_MS:-1}
 NAMES=10000
-PG_PORT=54332
+PG_PORT=${PG_PORT:-54332}
 REDIS_PORT=${REDIS_PORT:-54379}
 BENCH_DIR=$SRC_DIR/bench
 T0=$(date +%s)
@@ -117,6 +128,7 @@ psql_val() { run psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 
 mkdir -p "$WORK/bin" "$WORK/sql" "$WORK/logs"
 cp "$BENCH_DIR"/sql/*.sql "$BENCH_DIR/plpgsql_lease.sql" "$WORK/sql/"
+cp "$SRC_DIR/sql-edition/dlock.sql" "$WORK/sql/sql_edition.sql"
 # each with the client library the test and bench programs share
 CLIENT_LIB=$SRC_DIR/test/lib/dlock_client.c
 cc -O2 -Wall -Wextra -Werror -pthread -I"$("$PG_CONFIG" --includedir)" \
@@ -156,7 +168,8 @@ latency_stats() {
 # and a cycle's latency includes them.  DB selects the database, DURATION
 # overrides SECONDS_PER_RUN, NO_CHECKPOINT=1 skips the checkpoint before it,
 # PG_OPTIONS adds settings to the sessions' PGOPTIONS ("-c name=value ..."),
-# PG_DEFINE one more variable of the script ("name=value").
+# PG_DEFINE one more variable of the script ("name=value"), PG_ROLE the role
+# pgbench connects as (default postgres; the checkpoint is postgres's).
 pg_run() {
     local script=$1 clients=$2 sync=$3 names=$4 poll=$5
     local dir out tries=1 jobs=$(($2 < 2 ? $2 : 2))
@@ -169,7 +182,7 @@ pg_run() {
     # worth its time in quick mode)
     [ "${BENCH_QUICK:-0}" = 1 ] || [ "${NO_CHECKPOINT:-0}" = 1 ] || psql_do -c CHECKPOINT
     if ! out=$(cd "$dir" && run env PGOPTIONS="-c synchronous_commit=$sync${PG_OPTIONS:+ $PG_OPTIONS}" \
-            pgbench -n -M prepared -c "$clients" -j "$jobs" -T "${DURATION:-$SECONDS_PER_RUN}" \
+            PGUSER="${PG_ROLE:-postgres}" pgbench -n -M prepared -c "$clients" -j "$jobs" -T "${DURATION:-$SECONDS_PER_RUN}" \
             -D names="$names" -D pause_ms="$poll" ${PG_DEFINE:+-D "$PG_DEFINE"} --max-tries="$tries" \
             -l --log-prefix="$dir/tx" -f "$WORK/sql/$script" 2>&1); then
         echo "$out" >&2
@@ -208,7 +221,7 @@ median() {
 }
 
 # section NAME: whether BENCH_SECTIONS (default: all) names this part
-section() { [[ " ${BENCH_SECTIONS:-cycles guarded sets fence churn scale kinds} " == *" $1 "* ]]; }
+section() { [[ " ${BENCH_SECTIONS:-cycles guarded sets fence churn scale kinds editions} " == *" $1 "* ]]; }
 
 # start_tsv: (once a run) a new cycle-rate.tsv and compare-info.tsv in OUT,
 # for the first section that writes rows
@@ -831,5 +844,111 @@ if section kinds; then
     fi
     echo
     BENCH_OUT=$OUT bash "$SRC_DIR/bench/charts.sh" kinds
+fi
+
+# --- the SQL edition against the C edition -------------------------------------
+
+# The role that installs and owns the SQL edition, and the two databases
+SQL_ROLE=dlock_sql_owner DB_C=edition_c DB_SQL=edition_sql
+
+# edition_setup: the C edition (with the floor's table) and the SQL edition,
+# each in a new database with NAMES names granted and free
+edition_setup() {
+    say "the C edition in database $DB_C, the SQL edition in $DB_SQL (owned by $SQL_ROLE)"
+    psql_do -c "CREATE DATABASE $DB_C" -c "CREATE ROLE $SQL_ROLE LOGIN" \
+        -c "CREATE DATABASE $DB_SQL OWNER $SQL_ROLE"
+    DB=$DB_C psql_do -f "$WORK/sql/helpers.sql" \
+        -c "CREATE TABLE bench_floor (id integer PRIMARY KEY, v bigint NOT NULL DEFAULT 0)" \
+        -c "INSERT INTO bench_floor (id) SELECT g FROM generate_series(1, $NAMES) g"
+    # As on a managed service: the installing role owns the database, no
+    # superuser right; the script, the helper and the names are its own
+    run psql -X -q -v ON_ERROR_STOP=1 -U "$SQL_ROLE" -d "$DB_SQL" \
+        -f "$WORK/sql/sql_edition.sql" -f "$WORK/sql/not_granted.sql"
+    if [ "$(DB=$DB_SQL psql_val "SELECT rolsuper FROM pg_roles r JOIN pg_namespace n ON n.nspowner = r.oid
+                                   WHERE n.nspname = 'dlock'")" != f ] ||
+        [ "$(DB=$DB_SQL psql_val "SELECT count(*) FROM pg_extension WHERE extname = 'dlock'")" != 0 ]; then
+        echo "compare.sh: the SQL edition is not installed as a plain role's schema in $DB_SQL" >&2
+        exit 1
+    fi
+    DB=$DB_C psql_do -v names="$NAMES" -f "$WORK/sql/dlock_fill.sql" -c 'VACUUM ANALYZE'
+    run psql -X -q -v ON_ERROR_STOP=1 -U "$SQL_ROLE" -d "$DB_SQL" -v names="$NAMES" \
+        -f "$WORK/sql/dlock_fill.sql"
+    # (a database owner's VACUUM skips the shared catalogs, loudly)
+    DB=$DB_SQL psql_do -c 'VACUUM ANALYZE'
+}
+
+# edition_table CLIENTS NAMES: floor, C edition, SQL edition in turn, REPS
+# times; adds the workload's rows to ED_ROWS (the table) and editions.tsv
+ED_ROWS=()
+edition_table() {
+    local clients=$1 names=$2 what script i col floor_ops c_ops workload x_c
+    if [ "$names" = 1 ]; then
+        what="one hot name, $clients clients: acquire (waits) + release"
+        script=dlock_wait.sql
+    else
+        what="random names out of $(thousands "$names"), $clients client$([ "$clients" = 1 ] || echo s): try_acquire + release"
+        script=dlock_try.sql
+    fi
+    say "editions: $what"
+    LABELS=("durable floor: 2 x one-row UPDATE" "C edition" "SQL edition")
+    CMDS=("DB=$DB_C pg_run floor.sql $clients on $names 0"
+          "DB=$DB_C pg_run $script $clients on $names 0"
+          "DB=$DB_SQL PG_ROLE=$SQL_ROLE pg_run $script $clients on $names 0")
+    KEYS=(floor c_edition sql_edition)
+    alternate
+    for i in "${!LABELS[@]}"; do
+        for col in 1 2 3 4; do
+            printf -v "c$col" '%s' "$(awk -v c="$col" 'NF { print $c }' <<<"${RESULTS[i]}" | median)"
+        done
+        workload="" x_c=-
+        if [ "$i" = 0 ]; then
+            floor_ops=$c1 workload=$what
+        else
+            [ "$i" = 1 ] && c_ops=$c1
+            x_c=$(awk -v a="$c1" -v b="$c_ops" 'BEGIN { printf "%.2f", a / b }')
+        fi
+        ED_ROWS+=("$(printf '| %-62s | %-34s | %9.0f | %8.3f | %8.3f | %7.2f | %11s | %7.0f |' \
+            "$workload" "${LABELS[i]}" "$c1" "$c2" "$c3" \
+            "$(awk -v a="$c1" -v b="$floor_ops" 'BEGIN { print a / b }')" "$x_c" "$c4")")
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$what" "$clients" "$names" "${KEYS[i]}" \
+            "${LABELS[i]}" "$c1" "$c2" "$c3" "$c4" >>"$OUT/editions.tsv"
+    done
+    ED_RATIOS+=("$(awk -v a="$c1" -v b="$c_ops" 'BEGIN { printf "%.2f", a / b }')x ${what%%:*}")
+}
+
+if section editions; then
+    OUT=${BENCH_OUT:-$SRC_DIR/bench/results}
+    mkdir -p "$OUT"
+    write_info "$OUT/editions-info.tsv"
+    printf 'workload\tclients\tnames\tmethod\tlabel\tops_per_s\tmean_ms\tp99_ms\tmisses\n' >"$OUT/editions.tsv"
+    edition_setup
+    ED_ROWS=() ED_RATIOS=()
+    edition_table 1 "$NAMES"
+    edition_table 8 "$NAMES"
+    edition_table 8 1
+    echo
+    echo "### The SQL edition against the C edition, synchronous_commit=on"
+    echo
+    echo "Each edition in a database of its own, with its default settings (the C edition not preloaded:"
+    echo "durable_grants on, lazy_release on; the SQL edition: durable_grants on, lazy_release off), $(thousands "$NAMES")"
+    echo "names granted beforehand and free. The SQL edition installed by, owned by and called as a role"
+    echo "without superuser rights. Floor, C edition, SQL edition in turn, $REPS run(s) of $SECONDS_PER_RUN s each, medians."
+    echo
+    printf '| %-62s | %-34s | %9s | %8s | %8s | %7s | %11s | %7s |\n' workload method cycles/s "mean ms" "p99 ms" \
+        "x floor" "x C edition" misses
+    printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..64})" "$(printf -- '-%.0s' {1..36})" \
+        ----------: ---------: ---------: --------: ------------: --------:
+    printf '%s\n' "${ED_ROWS[@]}"
+    echo
+    echo "SQL edition, cycles/s against the C edition's: $(printf '%s; ' "${ED_RATIOS[@]}" | sed 's/; $//')."
+    # Nothing may stay locked once every client has gone
+    for db in "$DB_C" "$DB_SQL"; do
+        left=$(DB=$db psql_val 'SELECT count(*) FROM dlock.locks')
+        if [ "$left" != 0 ]; then
+            echo "dlock locks left in $db after the runs: $left" >&2
+            exit 1
+        fi
+    done
+    echo
 fi
 echo "Whole run: $(($(date +%s) - T0)) s."

@@ -9,7 +9,9 @@
  *	  invoice alone METHOD CYCLES ACCOUNTS   prints "ms_per_cycle accounts_per_cycle"
  *
  *	Environment: INVOICE_CONNINFO (libpq; empty: the PG* variables),
- *	INVOICE_REDIS_PORT (Redis on 127.0.0.1), INVOICE_ETCD_URL
+ *	INVOICE_SQL_CONNINFO (the same, for the methods against the SQL
+ *	edition: a database where sql-edition/dlock.sql is installed; it must
+ *	be set for them), INVOICE_REDIS_PORT (Redis on 127.0.0.1), INVOICE_ETCD_URL
  *	(http://127.0.0.1:PORT), INVOICE_BATCH (accounts per batch of the
  *	batch methods, at most 64, default 10).
  *
@@ -47,6 +49,8 @@
 	               holds to the commit orders it before any other grant
 	               (docs/internals.md, I3); an acquire that fails (timeout)
 	               aborts the transaction, write included
+ *	  sqled_e      dlock_e against the SQL edition (INVOICE_SQL_CONNINFO):
+ *	               the same API, the same pipeline
 	  dlock_*_off  the same with dlock.durable_grants = off and
  *	               synchronous_commit = off in the session, the write's
  *	               transaction setting synchronous_commit = on for itself:
@@ -98,24 +102,26 @@ typedef struct Method
 	Shape		shape;
 	int			grants_off;
 	int			batched;		/* a batch of accounts per cycle */
+	int			sql_edition;	/* against the SQL edition's database */
 } Method;
 
 static const Method methods[] = {
-	{"nolock", M_NOLOCK, 0, 0},
-	{"nolock_batch", M_NOLOCK, 0, 1},
-	{"advisory", M_ADVISORY, 0, 0},
-	{"dlock_a", M_DLOCK_A, 0, 0},
-	{"dlock_b", M_DLOCK_B, 0, 0},
-	{"dlock_c", M_DLOCK_C, 0, 1},
-	{"dlock_d", M_DLOCK_D, 0, 0},
-	{"dlock_e", M_DLOCK_E, 0, 0},
-	{"dlock_a_off", M_DLOCK_A, 1, 0},
-	{"dlock_b_off", M_DLOCK_B, 1, 0},
-	{"dlock_c_off", M_DLOCK_C, 1, 1},
-	{"dlock_e_off", M_DLOCK_E, 1, 0},
-	{"redis", M_REDIS, 0, 0},
-	{"etcd", M_ETCD, 0, 0},
-	{"double", M_DOUBLE, 0, 0},
+	{"nolock", M_NOLOCK, 0, 0, 0},
+	{"nolock_batch", M_NOLOCK, 0, 1, 0},
+	{"advisory", M_ADVISORY, 0, 0, 0},
+	{"dlock_a", M_DLOCK_A, 0, 0, 0},
+	{"dlock_b", M_DLOCK_B, 0, 0, 0},
+	{"dlock_c", M_DLOCK_C, 0, 1, 0},
+	{"dlock_d", M_DLOCK_D, 0, 0, 0},
+	{"dlock_e", M_DLOCK_E, 0, 0, 0},
+	{"dlock_a_off", M_DLOCK_A, 1, 0, 0},
+	{"dlock_b_off", M_DLOCK_B, 1, 0, 0},
+	{"dlock_c_off", M_DLOCK_C, 1, 1, 0},
+	{"dlock_e_off", M_DLOCK_E, 1, 0, 0},
+	{"sqled_e", M_DLOCK_E, 0, 0, 1},
+	{"redis", M_REDIS, 0, 0, 0},
+	{"etcd", M_ETCD, 0, 0, 0},
+	{"double", M_DOUBLE, 0, 0, 0},
 };
 
 /* The write: debit and invoice the accounts of $1 (int[]), in one statement */
@@ -193,8 +199,11 @@ pg_command(Worker *w, const char *sql)
 static void
 pg_connect(Worker *w)
 {
-	const char *conninfo = getenv("INVOICE_CONNINFO");
+	const char *conninfo = getenv(method->sql_edition ? "INVOICE_SQL_CONNINFO" : "INVOICE_CONNINFO");
 
+	/* never the C edition's database by default, for a SQL edition method */
+	if (method->sql_edition && (conninfo == NULL || conninfo[0] == '\0'))
+		die(w, "INVOICE_SQL_CONNINFO is not set");
 	w->pg = PQconnectdb(conninfo ? conninfo : "");
 	if (PQstatus(w->pg) != CONNECTION_OK)
 		die(w, "connect: %s", PQerrorMessage(w->pg));

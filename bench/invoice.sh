@@ -17,6 +17,7 @@
 #                   transaction (the grant commits with the write)
 #   dlock_e         dlock: the same transaction in one round trip (one
 #                   pipeline; the write needs no fence there)
+#   sqled_e         dlock_e against the SQL edition (sql-edition/dlock.sql)
 #   dlock_*_off     the same with dlock.durable_grants = off
 #   redis_everysec  Redis SET NX PX + compare-and-delete, AOF everysec
 #   redis_always    the same, appendfsync always (both unfenced)
@@ -31,7 +32,11 @@
 # (the median of ROUNDS runs of ALONE_CYCLES cycles each).
 #
 # PostgreSQL: a throwaway cluster (scripts/common.sh), fsync and
-# synchronous_commit on.  Redis and etcd (Debian's etcd-server, its v3 JSON
+# synchronous_commit on; the C edition (CREATE EXTENSION dlock) in database
+# postgres; for the SQL edition's methods, the same tables and names in
+# database sql_edition, which role dlock_sql_owner (no superuser right, as on
+# a managed service) owns, installs the SQL edition into and runs them as.
+# Redis and etcd (Debian's etcd-server, its v3 JSON
 # gateway over HTTP/1.1 with a keep-alive connection per worker, libcurl):
 # throwaway servers on 127.0.0.1 (bench/servers.sh).  All stopped by pid on
 # exit.  Installs the Debian packages it needs; needs dlock installed (make
@@ -59,7 +64,7 @@ else
 fi
 WORKERS=${WORKERS:-20}
 BATCH=${BATCH:-10}
-METHODS=${METHODS:-nolock nolock_batch advisory dlock_a dlock_b dlock_c dlock_d dlock_e dlock_a_off dlock_b_off dlock_c_off dlock_e_off redis_everysec redis_always etcd}
+METHODS=${METHODS:-nolock nolock_batch advisory dlock_a dlock_b dlock_c dlock_d dlock_e sqled_e dlock_a_off dlock_b_off dlock_c_off dlock_e_off redis_everysec redis_always etcd}
 PG_PORT=${PG_PORT:-54340}
 REDIS_PORT=${REDIS_PORT:-54380}
 ETCD_PORT=${ETCD_PORT:-54381}
@@ -75,6 +80,7 @@ declare -A LABEL=(
     [dlock_c]="dlock (c): acquire_all of $BATCH; write + release_all"
     [dlock_d]="dlock (d): acquire + fenced write + release, one transaction"
     [dlock_e]="dlock (e): (d) in one round trip, the write unfenced"
+    [sqled_e]="SQL edition (e): dlock (e) against the SQL edition"
     [dlock_a_off]="dlock (a), durable_grants = off"
     [dlock_b_off]="dlock (b), durable_grants = off"
     [dlock_c_off]="dlock (c), durable_grants = off"
@@ -86,7 +92,7 @@ declare -A LABEL=(
 # transactions and round trips per account
 declare -A COST=(
     [nolock]="1 / 1" [nolock_batch]="1/$BATCH / 1/$BATCH" [advisory]="1 / 1" [dlock_a]="3 / 3" [dlock_b]="2 / 2"
-    [dlock_c]="2/$BATCH / 2/$BATCH" [dlock_d]="1 / 2" [dlock_e]="1 / 1" [dlock_a_off]="3 / 3" [dlock_b_off]="2 / 2"
+    [dlock_c]="2/$BATCH / 2/$BATCH" [dlock_d]="1 / 2" [dlock_e]="1 / 1" [sqled_e]="1 / 1" [dlock_a_off]="3 / 3" [dlock_b_off]="2 / 2"
     [dlock_c_off]="2/$BATCH / 2/$BATCH" [dlock_e_off]="1 / 1" [redis_everysec]="1 / 3" [redis_always]="1 / 3"
     [etcd]="1 / 4"
 )
@@ -111,7 +117,11 @@ trap 'exit 130' INT TERM
 start_redis "$WORK/redis" "$REDIS_PORT" || exit 1
 start_etcd "$WORK/etcd" "$ETCD_PORT" "$ETCD_PEER_PORT" || exit 1
 
-run() { as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres PGDATABASE=postgres "$@"; }
+# DB and DB_USER: another database and role than postgres
+run() {
+    as_run_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="${DB_USER:-postgres}" \
+        PGDATABASE="${DB:-postgres}" "$@"
+}
 psql_do() { run psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 psql_val() { run psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 
@@ -120,14 +130,20 @@ cc -O2 -Wall -Wextra -Werror -pthread -I"$("$PG_CONFIG" --includedir)" \
     -o "$WORK/bin/invoice" "$BENCH_DIR/invoice.c" "$SRC_DIR/test/lib/dlock_client.c" \
     -L"$("$PG_CONFIG" --libdir)" -lpq -lhiredis -lcurl
 [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$WORK/bin"
+# The SQL edition's database and the role that owns it
+SQL_DB=sql_edition SQL_ROLE=dlock_sql_owner
+# db_of METHOD: the database of a key of METHODS
+db_of() { case $1 in sqled_*) echo "$SQL_DB" ;; *) echo postgres ;; esac; }
 invoice() {
-    run env INVOICE_CONNINFO= INVOICE_REDIS_PORT="$REDIS_PORT" INVOICE_ETCD_URL="$ETCD_URL" \
+    run env INVOICE_CONNINFO= INVOICE_SQL_CONNINFO="dbname=$SQL_DB user=$SQL_ROLE" \
+        INVOICE_REDIS_PORT="$REDIS_PORT" INVOICE_ETCD_URL="$ETCD_URL" \
         INVOICE_BATCH="$BATCH" "$WORK/bin/invoice" "$@"
 }
 
-say "setting up $ACCOUNTS accounts"
-psql_do -v accounts="$ACCOUNTS" <<'EOF'
-CREATE EXTENSION dlock;
+# setup_accounts: the tables and every account's lease row, in the database
+# of DB (as DB_USER), where dlock is installed
+setup_accounts() {
+    psql_do -v accounts="$ACCOUNTS" <<'EOF'
 -- fillfactor: room for the night's HOT updates
 CREATE TABLE accounts (
     id integer PRIMARY KEY,
@@ -156,11 +172,32 @@ BEGIN
     END LOOP;
 END
 $$;
-VACUUM ANALYZE;
 EOF
+    DB_USER='' psql_do -c 'VACUUM ANALYZE'
+}
+
+say "setting up $ACCOUNTS accounts"
+psql_do -c 'CREATE EXTENSION dlock'
+setup_accounts
+# the databases whose leftovers are checked after the runs
+CHECK_DBS=(postgres)
+if [[ " $METHODS " == *" sqled_"* ]]; then
+    say "setting up $ACCOUNTS accounts under the SQL edition, in database $SQL_DB"
+    psql_do -c "CREATE ROLE $SQL_ROLE LOGIN" -c "CREATE DATABASE $SQL_DB OWNER $SQL_ROLE"
+    # As on a managed service: installed by the database's owner, no superuser
+    DB=$SQL_DB DB_USER=$SQL_ROLE psql_do <"$SRC_DIR/sql-edition/dlock.sql"
+    if [ "$(DB=$SQL_DB psql_val "SELECT r.rolsuper FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner
+                                  WHERE n.nspname = 'dlock'")" != f ]; then
+        echo "invoice.sh: the SQL edition is not a plain role's schema in $SQL_DB" >&2
+        exit 1
+    fi
+    DB=$SQL_DB DB_USER=$SQL_ROLE setup_accounts
+    CHECK_DBS+=("$SQL_DB")
+fi
 
 # reset: the accounts as before the night, no invoices, a checkpoint (not
-# worth its time in quick mode), so that every run starts alike
+# worth its time in quick mode), so that every run starts alike; in the
+# database of DB
 reset_tables() {
     psql_do -c "TRUNCATE invoices" \
         -c "UPDATE accounts SET balance = opening, fence_token = 0 WHERE balance <> opening OR fence_token <> 0" \
@@ -168,7 +205,8 @@ reset_tables() {
     [ "${BENCH_QUICK:-0}" = 1 ] || psql_do -c CHECKPOINT
 }
 
-# check: prints what is wrong with the night's result, nothing when it is right
+# check: prints what is wrong with the night's result, nothing when it is
+# right; in the database of DB
 check() {
     local bad left
     bad=$(psql_val "SELECT count(*) FILTER (WHERE coalesce(i.n, 0) <> 1)
@@ -230,9 +268,9 @@ declare -A RUNS=() ALONE=()
 for ((round = 1; round <= ROUNDS; round++)); do
     say "round $round of $ROUNDS"
     for m in $METHODS; do
-        reset_tables
+        DB=$(db_of "$m") reset_tables
         s=$(invoice run "$(invoice_method "$m")" "$WORKERS" "$ACCOUNTS")
-        problems=$(check)
+        problems=$(DB=$(db_of "$m") check)
         if [ -n "$problems" ]; then
             echo "invoice.sh: $m failed its check: $problems" >&2
             exit 1
@@ -251,10 +289,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
         ALONE[$m]+="$ms $per"$'\n'
     done
 done
-problems=$(check)
-case $problems in
-    *left*) echo "invoice.sh: after the acquire + release runs: $problems" >&2; exit 1 ;;
-esac
+for db in "${CHECK_DBS[@]}"; do
+    problems=$(DB=$db check)
+    case $problems in
+        *left*) echo "invoice.sh: after the acquire + release runs, in $db: $problems" >&2; exit 1 ;;
+    esac
+done
 
 # --- the table ----------------------------------------------------------------
 
