@@ -34,7 +34,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT_OK = qw(sync_pair psql_script background_query locks_left
-	  grant_many max_of regrant_checks lost_holder clock_ticks);
+	  grant_many max_of regrant_checks lost_holder clock_ticks sql_edition_install);
 
 =pod
 
@@ -139,6 +139,30 @@ sub locks_left
 	my $where = defined $options{pid} ? "WHERE pid = $options{pid}" : '';
 	return $node->safe_psql($options{dbname} // 'postgres',
 		"SELECT pid, kind, mode, granted FROM dlock.locks $where ORDER BY 1, 2, 3, 4");
+}
+
+=pod
+
+=head2 sql_edition_install($node, $db, $owner, @roles)
+
+The SQL edition as on a managed service: the roles C<$owner> and C<@roles>
+(C<LOGIN>, no other right), database C<$db> owned by C<$owner>, and the SQL
+edition installed in it by C<$owner> with psql, one test.  The script is
+C<DLOCK_SQL_EDITION_SCRIPT>'s (a changed copy under test), or else
+F<sql-edition/dlock.sql> of the source tree; returns its path.
+
+=cut
+
+sub sql_edition_install
+{
+	my ($node, $db, $owner, @roles) = @_;
+	my $script = $ENV{DLOCK_SQL_EDITION_SCRIPT} // "$ENV{TESTDIR}/sql-edition/dlock.sql";
+	$node->safe_psql('postgres',
+		join('', map { "CREATE ROLE $_ LOGIN;\n" } $owner, @roles) . "CREATE DATABASE $db OWNER $owner;\n");
+	$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-U', $owner,
+			'-d', $node->connstr($db), '-f', $script ],
+		'the database owner installs the SQL edition');
+	return $script;
 }
 
 =pod

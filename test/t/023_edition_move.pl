@@ -27,7 +27,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use DlockTest qw(locks_left max_of);
+use DlockTest qw(locks_left max_of sql_edition_install);
 
 my $edition = "$ENV{TESTDIR}/sql-edition";
 my $to_c = "$edition/move/to-c-edition.sql";
@@ -38,15 +38,7 @@ my $node = PostgreSQL::Test::Cluster->new('move');
 $node->init;
 $node->append_conf('postgresql.conf', "max_prepared_transactions = 5\n");
 $node->start;
-$node->safe_psql('postgres', q{
-	CREATE ROLE regress_owner LOGIN;
-	CREATE ROLE regress_alice LOGIN;
-	CREATE ROLE regress_gone LOGIN;
-	CREATE DATABASE app OWNER regress_owner;
-});
-$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-U', 'regress_owner',
-		'-d', $node->connstr('app'), '-f', "$edition/dlock.sql" ],
-	'the database owner installs the SQL edition');
+sql_edition_install($node, 'app', 'regress_owner', 'regress_alice', 'regress_gone');
 
 sub sql { my ($q, %o) = @_; return $node->safe_psql('app', $q, %o); }
 sub as_alice { return sql($_[0], extra_params => [ '-U', 'regress_alice' ]); }

@@ -27,7 +27,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 use JSON::PP;
-use DlockTest qw(locks_left);
+use DlockTest qw(locks_left sql_edition_install);
 
 my $dlock = $ENV{DLOCK_CLI} // "$ENV{TESTDIR}/cli/dlock";
 plan skip_all => "the dlock command is not built ($dlock)" unless -x $dlock;
@@ -36,15 +36,7 @@ note "testing $dlock";
 my $node = PostgreSQL::Test::Cluster->new('cli_sql');
 $node->init;
 $node->start;
-$node->safe_psql('postgres', q{
-	CREATE ROLE regress_owner LOGIN;
-	CREATE ROLE regress_app LOGIN;
-	CREATE ROLE regress_other LOGIN;
-	CREATE DATABASE app OWNER regress_owner;
-});
-$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-U', 'regress_owner',
-		'-d', $node->connstr('app'), '-f', "$ENV{TESTDIR}/sql-edition/dlock.sql" ],
-	'the database owner installs the SQL edition');
+sql_edition_install($node, 'app', 'regress_owner', 'regress_app', 'regress_other');
 is($node->safe_psql('app', q{
 	SELECT format('%s extension, SQL edition: %s',
 	              (SELECT count(*) FROM pg_extension WHERE extname = 'dlock'),

@@ -37,10 +37,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
-use DlockTest qw(locks_left);
+use DlockTest qw(locks_left sql_edition_install);
 
-my $script = $ENV{DLOCK_SQL_EDITION_SCRIPT} // "$ENV{TESTDIR}/sql-edition/dlock.sql";
-note "installing $script";
 
 # The waiter's timeout: long enough for the test to see it wait and stop
 # it first on a loaded machine
@@ -54,14 +52,7 @@ END { kill 'CONT', $_ for keys %stopped; }
 my $node = PostgreSQL::Test::Cluster->new('sql_queue_timeout');
 $node->init;
 $node->start;
-$node->safe_psql('postgres', q{
-	CREATE ROLE regress_owner LOGIN;
-	CREATE ROLE regress_app LOGIN;
-	CREATE DATABASE app OWNER regress_owner;
-});
-$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-U', 'regress_owner',
-		'-d', $node->connstr('app'), '-f', $script ],
-	'the database owner installs the SQL edition');
+sql_edition_install($node, 'app', 'regress_owner', 'regress_app');
 
 # A psql session of its own (as the superuser when $role is undef), fed
 # statements one at a time; errors do not end it
