@@ -241,7 +241,7 @@ cmd_status(const char *dbname, const char *name, bool json)
 							  "SELECT name, token::text, holder_role::text, state,"
 							  "       to_char(acquired_at, 'YYYY-MM-DD HH24:MI:SS.MSOF'),"
 							  "       CASE WHEN state = 'live' THEN"
-							  "         round(extract(epoch FROM expires_at - clock_timestamp()), 3)::text END,"
+							  "         round(extract(epoch FROM expires_at - clock_timestamp())::numeric, 3)::text END,"
 							  "       owner,"
 							  /* the kind columns and value are there from version 1.1 on */
 							  "       CASE WHEN (to_jsonb(l) ->> 'shared')::boolean THEN 'shared'"

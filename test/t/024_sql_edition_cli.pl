@@ -152,7 +152,7 @@ like($err, qr/^dlock: lease "readers" is busy: held by 2 holders: owner [0-9a-f]
 ($rc, $out) = run_dlock('run', 'readers', '--shared', '--', 'sh', '-c', 'echo $DLOCK_TOKEN');
 like($out, qr/^\d+$/, 'a third shared run runs alongside them, with its own token');
 ($rc, $out) = run_dlock('status', 'readers');
-like($out, qr/^readers\s+\d+\s+shared\s/m, 'status shows the kind');
+like($out, qr/^readers\s+\d+\s+shared\s/m, 'status shows the kind') or diag $out;
 ($rc, $out) = run_dlock('run', 'readers', '--wait', '30s', '--', 'echo', 'writer');
 is("$rc $out", "0 writer\n", 'an exclusive run with --wait runs once the shared runs end');
 $_->finish for @readers;
@@ -216,7 +216,7 @@ note 'status, release, force-release';
 sql(q{SET ROLE regress_app; SELECT dlock.acquire('manual', '1h', 'me', value => 'db1:5432')});
 ($rc, $out) = run_dlock('status');
 like($out, qr/^manual\s+\d+\s+exclusive\s+regress_app\s+live\s.*\s[0-9.]+s\s+me\s+db1:5432$/m,
-	'status lists live leases, with the owner and the value last');
+	'status lists live leases, with the owner and the value last') or diag $out;
 unlike($out, qr/^(job|two|readers|permits)\s/m, 'and only live ones');
 ($rc, $out) = run_dlock('status', '--json');
 my ($manual) = grep { $_->{name} eq 'manual' } @{ decode_json($out) };
