@@ -10,7 +10,9 @@
 #                                        from the release's source package)
 #   scripts/chroot.sh run DIR CMD...     run CMD inside, as root, with /proc,
 #                                        /dev, /dev/pts and /dev/shm mounted
-#                                        for it alone (see in_chroot)
+#                                        for it alone (see in_chroot), and
+#                                        the directories of CHROOT_BIND at
+#                                        their own paths
 #   scripts/chroot.sh remove DIR         delete a chroot (nothing mounted)
 #
 # The release of each major is in .ci/majors (PostgreSQL 14 and 16 are in
@@ -29,15 +31,13 @@ suite_of() {
 
 # packages MAJOR: the server and headers, the package build's tools, and
 # what the TAP tests start (pg_cron, the Prometheus exporter, pgbouncer,
-# libfaketime); 13 ships no PostgreSQL::Test::Cluster, so no TAP extras
+# libfaketime)
 packages() {
     local m=$1 list
     list="postgresql-$m,postgresql-server-dev-$m,postgresql-server-dev-all,libpq-dev"
     list="$list,build-essential,debhelper,ca-certificates"
-    if [ "$m" -ge 15 ]; then
-        list="$list,libipc-run-perl,libfaketime,postgresql-$m-cron"
-        list="$list,prometheus-postgres-exporter,pgbouncer"
-    fi
+    list="$list,libipc-run-perl,libfaketime,postgresql-$m-cron"
+    list="$list,prometheus-postgres-exporter,pgbouncer"
     echo "$list"
 }
 
@@ -58,7 +58,10 @@ unmount_all() {
 # mounts are seen by CMD and its children alone, and go with the last of
 # them: nothing to unmount, however it ends; two runs in one chroot at once
 # do not unmount each other's; and a process left running cannot keep a
-# mount under DIR that remove would delete through.
+# mount under DIR that remove would delete through.  CHROOT_BIND: absolute
+# paths of this machine's directories to mount at the same path inside
+# (a server started inside keeps them while it runs; the empty mount
+# points stay, for the caller to remove)
 in_chroot() {
     local dir=$1
     shift
@@ -69,6 +72,10 @@ in_chroot() {
             mount --bind /dev "$dir/dev" &&
             mount --bind /dev/pts "$dir/dev/pts" &&
             mount -t tmpfs -o mode=1777 shm "$dir/dev/shm" || exit 1
+        for d in ${CHROOT_BIND:-}; do
+            case $d in /?*) ;; *) echo "CHROOT_BIND: $d is not an absolute path" >&2; exit 1 ;; esac
+            mkdir -p "$dir$d" && mount --bind "$d" "$dir$d" || exit 1
+        done
         exec chroot "$dir" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
             HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"' sh "$dir" "$@"
 }
@@ -131,7 +138,7 @@ case $cmd in
         rm -rf --one-file-system "$dir"
         ;;
     *)
-        sed -n '2,17s/^# \{0,1\}//p' "$0" >&2
+        sed -n '2,19s/^# \{0,1\}//p' "$0" >&2
         exit 2
         ;;
 esac

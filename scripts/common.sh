@@ -95,20 +95,44 @@ copy_source_tree() {
     [ "$(id -un)" = "$RUN_USER" ] || chown -R "$RUN_USER": "$1"
 }
 
+# as_server_user CMD...: a program of the cluster's server, run as the user
+# that owns the cluster.  With CLUSTER_ROOT set (a chroot that
+# scripts/chroot.sh made), PG_BINDIR is a path inside that chroot, and CMD
+# runs there as its postgres user, with WORK and the directories of
+# CLUSTER_BIND mounted into it at their own paths: the server and this
+# machine's clients name the same files (the socket, the logs).  Otherwise
+# CMD runs here as the run user.
+as_server_user() {
+    if [ -z "${CLUSTER_ROOT:-}" ]; then
+        as_run_user "$@"
+        return
+    fi
+    CHROOT_BIND="$WORK ${CLUSTER_BIND:-}" as_root bash "$SRC_DIR/scripts/chroot.sh" run \
+        "$CLUSTER_ROOT" runuser -u postgres -- "$@"
+}
+
+# root_owner: the uid:gid of CLUSTER_ROOT's postgres user, which may differ
+# from this machine's
+root_owner() {
+    awk -F: '$1 == "postgres" { print $3 ":" $4 }' "$CLUSTER_ROOT/etc/passwd"
+}
+
 # start_cluster PORT [SETTING...]: initdb and start a throwaway cluster in a
 # new work directory, listening on a unix socket there only.  Sets WORK,
 # CLUSTER_PID and PG* variables for psql; stop_cluster (installed as the EXIT
 # trap) stops it by its pid and removes the directory.  CLUSTER_POSTGRES
 # names another program to start instead of postgres (a wrapper that runs
-# it under a profiler, say); CLUSTER_WAIT, pg_ctl's wait in seconds.
+# it under a profiler, say); CLUSTER_WAIT, pg_ctl's wait in seconds;
+# CLUSTER_ROOT, a chroot whose server to run (as_server_user).
 start_cluster() {
     local port=$1 setting opts=""
     shift
     WORK=$(make_work_dir)
     trap stop_cluster EXIT
+    [ -z "${CLUSTER_ROOT:-}" ] || chown "$(root_owner)" "$WORK"
     for setting in "$@"; do opts="$opts -c $setting"; done
-    as_run_user "$PG_BINDIR/initdb" -D "$WORK/data" -A trust -U postgres >/dev/null
-    as_run_user "$PG_BINDIR/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w \
+    as_server_user "$PG_BINDIR/initdb" -D "$WORK/data" -A trust -U postgres >/dev/null
+    as_server_user "$PG_BINDIR/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w \
         -t "${CLUSTER_WAIT:-60}" ${CLUSTER_POSTGRES:+-p "$CLUSTER_POSTGRES"} \
         -o "-c listen_addresses='' -k $WORK -p $port $opts" start >/dev/null
     CLUSTER_PID=$(head -n 1 "$WORK/data/postmaster.pid")
@@ -116,11 +140,18 @@ start_cluster() {
 }
 
 stop_cluster() {
+    local d
     if [ -n "${CLUSTER_PID:-}" ] && kill -0 "$CLUSTER_PID" 2>/dev/null; then
         kill -INT "$CLUSTER_PID"        # fast shutdown of the postmaster we started
         while kill -0 "$CLUSTER_PID" 2>/dev/null; do sleep 0.1; done
     fi
     [ -z "${WORK:-}" ] || rm -rf "$WORK"
+    # the empty mount points that as_server_user made in the chroot
+    if [ -n "${CLUSTER_ROOT:-}" ]; then
+        for d in ${WORK:-} ${CLUSTER_BIND:-}; do
+            rmdir "$CLUSTER_ROOT$d" 2>/dev/null || true
+        done
+    fi
 }
 
 # run_suite TITLE MAKE-ARGS...: one part of installcheck of the copy of the

@@ -57,6 +57,13 @@
 # run.  The C edition's run (the default) checks the opposite (preloaded,
 # mapped), which is what shows that those checks can see the module.
 #
+# CLUSTER_ROOT=DIR runs the server of a chroot that scripts/chroot.sh made
+# for PG_MAJOR (a major this machine's release does not have), with the SQL
+# edition only: the server's programs run in the chroot (scripts/common.sh,
+# as_server_user), and the drivers, psql and pgbouncer are this machine's,
+# over 127.0.0.1 and the socket directory, mounted at its own path in the
+# chroot.  That is how CI runs the recipes on every major.
+#
 # Assumes dlock is installed (make test-drivers installs it first); installs
 # the drivers' Debian packages when missing.  DRIVERS="python node" runs only
 # those; DLOCK_DRIVERS_PORT sets the server's port (pgbouncer takes the next).
@@ -75,6 +82,21 @@ case $EDITION in
 c|sql) ;;
 *) echo "DLOCK_EDITION must be c or sql, not $EDITION" >&2; exit 2 ;;
 esac
+# psql for the clients: the server's own, or with the server in a chroot
+# this machine's newest (a newer psql than the server is fine; an older
+# one talks to it too, as the drivers do)
+CLIENT_BINDIR=$PG_BINDIR
+SERVER_BINDIR=$PG_BINDIR    # as named (the SQL edition runs a copy of it)
+if [ -n "${CLUSTER_ROOT:-}" ]; then
+    [ "$EDITION" = sql ] ||
+        { echo "CLUSTER_ROOT runs the SQL edition only (DLOCK_EDITION=sql)" >&2; exit 2; }
+    [ -x "$CLUSTER_ROOT$PG_BINDIR/postgres" ] ||
+        { echo "$CLUSTER_ROOT has no server in $PG_BINDIR" >&2; exit 2; }
+    # this machine needs no server of that major: only the clients
+    DEBIAN_PACKAGES=(postgresql-client pgbouncer)
+    CLIENT_BINDIR=$(ls -d /usr/lib/postgresql/*/bin/psql 2>/dev/null | sort -V | tail -n 1)
+    CLIENT_BINDIR=${CLIENT_BINDIR%/psql}
+fi
 
 # What the recipes need, and a JavaScript runtime and a JDK only when there
 # is none on PATH
@@ -237,14 +259,21 @@ if [ "$EDITION" = sql ]; then
     preload=()
     PG_COPY=$(make_work_dir)
     trap 'rm -rf "$PG_COPY"' EXIT
-    # the paths of the server's own installation
-    server_config=$PG_BINDIR/pg_config
-    [ -x "$server_config" ] || server_config=$PG_CONFIG
-    pkglibdir=$("$server_config" --pkglibdir)
-    sharedir=$("$server_config" --sharedir)
+    # the paths of the server's own installation (in its chroot: as seen
+    # there, the copy being mounted at its own path there too)
+    if [ -n "${CLUSTER_ROOT:-}" ]; then
+        server_config() { bash "$SRC_DIR/scripts/chroot.sh" run "$CLUSTER_ROOT" "$PG_BINDIR/pg_config" "$@"; }
+        CLUSTER_BIND=$PG_COPY
+    else
+        server_config=$PG_BINDIR/pg_config
+        [ -x "$server_config" ] || server_config=$PG_CONFIG
+        server_config() { "$server_config" "$@"; }
+    fi
+    pkglibdir=$(server_config --pkglibdir)
+    sharedir=$(server_config --sharedir)
     for d in "$(dirname "$PG_BINDIR")" "$pkglibdir" "$sharedir"; do
         mkdir -p "$PG_COPY$(dirname "$d")"
-        [ -e "$PG_COPY$d" ] || cp -a "$d" "$PG_COPY$d"
+        [ -e "$PG_COPY$d" ] || cp -a "${CLUSTER_ROOT:-}$d" "$PG_COPY$d"
     done
     rm -f "$PG_COPY$pkglibdir"/dlock.so "$PG_COPY$sharedir"/extension/dlock.control \
         "$PG_COPY$sharedir"/extension/dlock--*.sql
@@ -254,9 +283,10 @@ fi
 
 say "starting a throwaway cluster on 127.0.0.1:$PG_PORT ($EDITION edition)"
 # the C edition preloaded so that queue => true works; passwords checked for
-# the application role (the superuser connects through trust)
+# the application role (the superuser connects through trust), stored as
+# SCRAM also where that is not the default (13)
 start_cluster "$PG_PORT" "listen_addresses=127.0.0.1" "${preload[@]}" \
-    "max_connections=60"
+    "max_connections=60" "password_encryption=scram-sha-256"
 BOUNCER_PID=
 SAMPLER_PID=
 stop_all() {
@@ -293,7 +323,7 @@ dlock_so_mapped() {
 SAMPLER_PID=$!
 
 sed -i '1i host all app 127.0.0.1/32 scram-sha-256' "$WORK/data/pg_hba.conf"
-super() { as_run_user psql -X -q -At -v ON_ERROR_STOP=1 -h "$WORK" -p "$PG_PORT" -U postgres "$@"; }
+super() { as_run_user "$CLIENT_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$WORK" -p "$PG_PORT" -U postgres "$@"; }
 # install_dlock DB: the edition into a database that app owns: the C
 # edition's extension, made by the superuser, or the SQL edition's script,
 # run by app as a reader on a managed service runs it
@@ -301,7 +331,7 @@ install_dlock() {
     if [ "$EDITION" = c ]; then
         super -d "$1" -c "CREATE EXTENSION dlock"
     else
-        "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 \
+        "$CLIENT_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 \
             -d "postgresql://app:pw@127.0.0.1:$PG_PORT/$1" -f "$SRC_DIR/sql-edition/dlock.sql" >/dev/null
     fi
 }
@@ -319,6 +349,16 @@ ALTER TABLE jobs OWNER TO app;
 EOF
 
 say "the $EDITION edition is the one installed"
+# the server that answers is PG_BINDIR's (in a chroot: that chroot's)
+want=$(as_server_user "$PG_BINDIR/postgres" --version | sed -E 's/^[^0-9]*([0-9]+).*/\1/')
+got=$(super -d "$DB" -c "SELECT current_setting('server_version_num')::int / 10000")
+what="the server is PostgreSQL ${want:-?}, from $SERVER_BINDIR${CLUSTER_ROOT:+ in the chroot of its release}"
+if [ -n "$want" ] && [ "$got" = "$want" ]; then
+    result ok "$what"
+else
+    result not "$what"
+    echo "#   got: $got"
+fi
 if [ "$EDITION" = c ]; then
     got=$(super -d "$DB" -c "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'dlock')
                                       || ' ' || current_setting('shared_preload_libraries')")
@@ -412,7 +452,7 @@ export DLOCK_BOUNCER_PORT=$BOUNCER_PORT
 export DLOCK_BOUNCER_ADMIN="postgresql://bouncer_admin:adminpw@127.0.0.1:$BOUNCER_PORT/pgbouncer"
 export DLOCK_SUPER_URL="postgresql://postgres@127.0.0.1:$PG_PORT/$DB"
 export PGHOST=127.0.0.1 PGPORT=$PG_PORT PGUSER=app PGPASSWORD=pw PGDATABASE=$DB
-export PATH=$PG_BINDIR:$PATH
+export PATH=$CLIENT_BINDIR:$PATH
 export DLOCK_EDITION=$EDITION DLOCK_SQL_EDITION=$SRC_DIR/sql-edition/dlock.sql
 unset PGSERVICE PGSSLMODE PGOPTIONS
 
