@@ -15,17 +15,21 @@
 #     the isolation specs against it, on a copy of the major's installation
 #     without dlock's files (scripts/test-sql-edition.sh)
 #   - the TAP suite (the upgrade walk test/t/009_upgrade.pl among them) when
-#     the major ships PostgreSQL::Test::Cluster (from 15 on);
-#     DLOCK_TAP_TESTS narrows it to some files, DLOCK_TAP_SKIP leaves some
-#     out (and says so)
+#     the major ships PostgreSQL::Test::Cluster (Debian's 13 does too, since
+#     its minor release 13.13); DLOCK_TAP_TESTS narrows it to some files,
+#     DLOCK_TAP_SKIP leaves some out (and says so)
+#   - tap-editions: the TAP files of the dlock command and of the SQL
+#     edition alone (test/t/007_cli.pl and test/t/*edition*.pl), for a
+#     major on which CI runs no whole TAP suite
 #
 #   - the assert lane (assert): a build with -DUSE_ASSERT_CHECKING, whose
 #     Asserts run (the conflict rule's table among them, at load), and the
 #     regression and isolation suites against it
 #
-# DLOCK_SUITES names the suites to run, all but assert by default: regress
+# DLOCK_SUITES names the suites to run; by default regress
 # regress-preloaded isolation isolation-preloaded isolation-test-build
-# isolation-test-build-preloaded sql-edition tap (and assert).  The build, its
+# isolation-test-build-preloaded sql-edition tap (not tap-editions, whose
+# files tap runs too, nor assert).  The build, its
 # warnings, its exports and its layers (scripts/check-layers.sh) are
 # checked whatever it names.  The same names are in the suites column of
 # .ci/majors, where .ci/run finds which of them to run on each major
@@ -36,15 +40,18 @@
 # the clusters.
 
 KNOWN_SUITES="regress regress-preloaded isolation isolation-preloaded isolation-test-build"
-KNOWN_SUITES="$KNOWN_SUITES isolation-test-build-preloaded sql-edition tap assert"
+KNOWN_SUITES="$KNOWN_SUITES isolation-test-build-preloaded sql-edition tap tap-editions assert"
 if [ "${1:-}" = --suites ]; then
     echo "$KNOWN_SUITES"
     exit 0
 fi
 
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# what it needs, when missing (CI runs it on the host before make test, and
+# in chroots that have them all)
+ensure_packages
 
-SUITES=" ${DLOCK_SUITES:-${KNOWN_SUITES% assert}} "
+SUITES=" ${DLOCK_SUITES:-${KNOWN_SUITES% tap-editions assert}} "
 for suite in $SUITES; do
     [[ " $KNOWN_SUITES " == *" $suite "* ]] ||
         { echo "DLOCK_SUITES: no suite \"$suite\"" >&2; exit 2; }
@@ -136,16 +143,21 @@ if wanted sql-edition; then
     fi
 fi
 
-if wanted tap; then
+if wanted tap || wanted tap-editions; then
     if [ -f "$(dirname "$("$PG_CONFIG" --pgxs)")/../test/perl/PostgreSQL/Test/Cluster.pm" ]; then
         tap_args=(PROVE_FLAGS=-v)
         tests=${DLOCK_TAP_TESTS:-}
+        if [ -z "$tests" ] && ! wanted tap; then
+            tests=$(cd "$WORK/src" && ls test/t/007_cli.pl test/t/*edition*.pl | tr '\n' ' ')
+            say "PostgreSQL $PG_MAJOR: tap-editions: $tests"
+        fi
         if [ -n "${DLOCK_TAP_SKIP:-}" ]; then
             tests=$(cd "$WORK/src" && ls ${tests:-test/t/*.pl} | grep -vxF -f <(tr ' ' '\n' <<<"$DLOCK_TAP_SKIP") | tr '\n' ' ')
             say "PostgreSQL $PG_MAJOR: TAP files not run here: $DLOCK_TAP_SKIP"
         fi
         [ -z "$tests" ] || tap_args+=("PROVE_TESTS=$tests")
-        run_suite tap installcheck REGRESS= ISOLATION= "${tap_args[@]}"
+        if wanted tap; then title=tap; else title=tap-editions; fi
+        run_suite "$title" installcheck REGRESS= ISOLATION= "${tap_args[@]}"
     else
         say "PostgreSQL $PG_MAJOR ships no PostgreSQL::Test::Cluster: no TAP tests"
     fi
