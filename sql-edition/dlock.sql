@@ -2569,9 +2569,149 @@ COMMENT ON FUNCTION dlock.force_release(text) IS
 --
 CREATE VIEW dlock._fence_rows AS
 SELECT s.name, s.token, s.slot, s.expires_at, s.ended_at, s.session_bound, s.holder_pid,
-       s.xmax AS row_xmax
+       s.xmax AS row_xmax, s.end_reason
   FROM dlock.lease_state s;
 GRANT SELECT ON dlock._fence_rows TO PUBLIC;
+
+--
+-- The stale-fence log line (src/stats/stats.c, StaleFenceReport): fence()
+-- answered false for the token of a lease of the name that is no longer
+-- live.  Its wording is the C edition's.  The rate limit is the C
+-- edition's when it is not preloaded: this backend's own, at most one line
+-- per name every 10 s and 64 names in a window; the next line of a name
+-- says how many of its checks were not logged meanwhile, and of other
+-- names.  The window is kept in the setting dlock_sql.stale_log
+-- ("others:full_until;key:logged_at:unlogged;...", in microseconds since
+-- 1970; full_until: every slot is in its window until then), which a rolled-back
+-- transaction takes back like any setting.  An older token of the name is
+-- not logged: the rows keep only the last token of each holder, and tokens
+-- are database-wide (the C edition logs it only with its statistics in
+-- shared memory).  The line comes with a CONTEXT line, which PL/pgSQL
+-- adds and only a superuser's setting (log_error_verbosity) takes off.
+-- dlock.log_stale_fences = off logs nothing.  It runs as the caller, as
+-- fence() does, and reads nothing but its arguments and settings.
+--
+CREATE FUNCTION dlock._stale_report(name text, token bigint, key bigint, ended_at timestamptz,
+                                    end_reason text, expires_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  now timestamptz := clock_timestamp();
+  now_us bigint := floor(extract(epoch FROM now) * 1000000)::bigint;
+  window_us constant bigint := 10000000;
+  names_max constant integer := 64;
+  st text;
+  head text;
+  p integer;
+  e text;
+  f text[];
+  others bigint := 0;
+  full_until bigint := 0;     -- every slot in its window until then
+  slots bigint[];             -- one row per slot: key, logged_at, unlogged
+  n integer;
+  mine integer;
+  spare integer;
+  unlogged bigint := 0;
+  ended text;
+  gone text;
+BEGIN
+  IF NOT dlock._setting_on('dlock.log_stale_fences', true) THEN
+    RETURN;
+  END IF;
+  -- "others:full_until;key:logged_at:unlogged;..."
+  st := coalesce(current_setting('dlock_sql.stale_log', true), '');
+  head := split_part(st, ';', 1);
+  IF head ~ '^[0-9]+:[0-9]+$' THEN
+    others := split_part(head, ':', 1)::bigint;
+    full_until := split_part(head, ':', 2)::bigint;
+  ELSE
+    st := '0:0';
+  END IF;
+
+  -- The common cases of a flood, changed in place: the name in its window
+  -- (one more check of it not logged), or not in the table while every
+  -- slot is in its window (one more of the others)
+  p := strpos(st, ';' || key || ':');
+  IF p > 0 THEN
+    e := split_part(substr(st, p + 1), ';', 1);
+    f := string_to_array(e, ':');
+    IF cardinality(f) = 3 AND f[2] ~ '^[0-9]+$' AND f[3] ~ '^[0-9]+$'
+       AND now_us >= f[2]::bigint AND now_us - f[2]::bigint < window_us THEN
+      PERFORM set_config('dlock_sql.stale_log',
+                         overlay(st PLACING concat_ws(':', f[1], f[2], f[3]::bigint + 1) FROM p + 1 FOR length(e)),
+                         false);
+      RETURN;
+    END IF;
+  ELSIF now_us < full_until AND now_us >= full_until - window_us THEN
+    PERFORM set_config('dlock_sql.stale_log',
+                       overlay(st PLACING concat_ws(':', others + 1, full_until) FROM 1 FOR length(head)),
+                       false);
+    RETURN;
+  END IF;
+
+  SELECT coalesce(array_agg(ARRAY[split_part(x, ':', 1)::bigint, split_part(x, ':', 2)::bigint,
+                                  split_part(x, ':', 3)::bigint] ORDER BY o), '{}')
+    INTO slots
+    FROM unnest((string_to_array(st, ';'))[2:]) WITH ORDINALITY u(x, o)
+   WHERE x ~ '^-?[0-9]+:[0-9]+:[0-9]+$';
+  n := coalesce(array_length(slots, 1), 0);
+  FOR i IN 1 .. n LOOP
+    IF slots[i][1] = key THEN
+      mine := i;
+    -- a slot out of its window (a clock set back does not keep one in it),
+    -- the least recently logged first
+    ELSIF (now_us < slots[i][2] OR now_us - slots[i][2] >= window_us)
+          AND (spare IS NULL OR slots[i][2] < slots[spare][2]) THEN
+      spare := i;
+    END IF;
+  END LOOP;
+  IF mine IS NOT NULL THEN
+    unlogged := slots[mine][3];
+  ELSIF n < names_max THEN
+    slots := slots || ARRAY[ARRAY[key, 0, 0]];
+    mine := n + 1;
+  ELSIF spare IS NOT NULL THEN
+    others := others + slots[spare][3];            -- its name is forgotten
+    mine := spare;
+    slots[mine][1] := key;
+  END IF;
+  IF mine IS NULL THEN
+    -- every slot in its window: the earliest to leave it says until when
+    others := others + 1;
+    SELECT min(slots[i][2]) + window_us INTO full_until FROM generate_subscripts(slots, 1) i;
+  ELSE
+    slots[mine][2] := now_us;
+    slots[mine][3] := 0;
+    IF end_reason = 'released' THEN
+      ended := format('was released %s s ago', round(extract(epoch FROM now - ended_at)::numeric, 1));
+    ELSIF end_reason IS NOT NULL THEN
+      ended := format('was force-released %s s ago', round(extract(epoch FROM now - ended_at)::numeric, 1));
+    ELSIF expires_at <= now THEN
+      ended := format('expired %s s ago', round(extract(epoch FROM now - expires_at)::numeric, 1));
+    ELSE
+      ended := 'ended with its session (noticed now)';
+    END IF;
+    gone := CASE
+      WHEN unlogged > 0 AND others > 0
+        THEN format('; stale checks not logged meanwhile: %s of this lease, %s of other leases', unlogged, others)
+      WHEN unlogged > 0 THEN format('; stale checks not logged meanwhile: %s of this lease', unlogged)
+      WHEN others > 0 THEN format('; stale checks not logged meanwhile: %s of other leases', others)
+      ELSE '' END;
+    others := 0;
+    full_until := 0;
+    RAISE LOG USING MESSAGE = format(
+      'dlock.fence() returned false for stale token %s of lease "%s": no live lease, lease %s %s%s',
+      token, name, token, ended, gone);
+  END IF;
+  PERFORM set_config('dlock_sql.stale_log',
+                     array_to_string(concat_ws(':', others, full_until) || ARRAY(
+                         SELECT concat_ws(':', slots[i][1], slots[i][2], slots[i][3])
+                           FROM generate_subscripts(slots, 1) i ORDER BY i), ';'),
+                     false);
+END
+$$;
 
 CREATE FUNCTION dlock.fence(name text, token bigint)
 RETURNS boolean
@@ -2595,12 +2735,16 @@ BEGIN
     RETURN true;
   END IF;
 
-  SELECT f.slot, f.expires_at, f.ended_at, f.session_bound, f.holder_pid INTO r
+  SELECT f.slot, f.expires_at, f.ended_at, f.session_bound, f.holder_pid, f.end_reason INTO r
     FROM dlock._fence_rows f
    WHERE f.name OPERATOR(pg_catalog.=) fence.name AND f.token OPERATOR(pg_catalog.=) fence.token;
-  IF NOT FOUND OR r.ended_at IS NOT NULL
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  IF r.ended_at IS NOT NULL
      OR r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
      OR (r.session_bound AND NOT dlock._alive(token, r.holder_pid)) THEN
+    PERFORM dlock._stale_report(name, token, h, r.ended_at, r.end_reason, r.expires_at);
     RETURN false;
   END IF;
 
@@ -2611,12 +2755,16 @@ BEGIN
   ELSE
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(token OPERATOR(pg_catalog.#) -502485852508795792);     -- dlock._k('pin')
   END IF;
-  SELECT f.slot, f.expires_at, f.ended_at, f.session_bound, f.holder_pid, f.row_xmax INTO r
+  SELECT f.slot, f.expires_at, f.ended_at, f.session_bound, f.holder_pid, f.row_xmax, f.end_reason INTO r
     FROM dlock._fence_rows f
    WHERE f.name OPERATOR(pg_catalog.=) fence.name AND f.token OPERATOR(pg_catalog.=) fence.token;
-  IF NOT FOUND OR r.ended_at IS NOT NULL
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  IF r.ended_at IS NOT NULL
      OR r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
      OR (r.session_bound AND NOT dlock._alive(token, r.holder_pid)) THEN
+    PERFORM dlock._stale_report(name, token, h, r.ended_at, r.end_reason, r.expires_at);
     RETURN false;
   END IF;
   IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
@@ -3553,7 +3701,8 @@ BEGIN
     SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
      WHERE p.pronamespace = 'dlock'::regnamespace
        AND p.proname LIKE '\_%'
-       AND p.proname NOT IN ('_k', '_alive', '_may_act', '_classify', '_after', '_xid_status', '_fence_forget')
+       AND p.proname NOT IN ('_k', '_alive', '_may_act', '_classify', '_after', '_xid_status', '_fence_forget',
+                             '_stale_report', '_setting_on')
   LOOP
     EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
   END LOOP;
