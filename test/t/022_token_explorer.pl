@@ -127,7 +127,16 @@ $step{restart} = sub {
 $step{promote} = sub {
 	return 0 if primary();
 	my $s = pick(with_role('standby')) or return 0;
-	$server{$s}->promote;
+	# A standby can have stopped by itself (PostgreSQL refusing a primary
+	# whose history it does not follow, say): lost for good, as in started()
+	if (PostgreSQL::Test::Utils::system_log('pg_ctl', '-D', $server{$s}->data_dir,
+			'-l', $server{$s}->logfile, 'promote') != 0)
+	{
+		my $log = PostgreSQL::Test::Utils::slurp_file($server{$s}->logfile);
+		diag("standby $s could not be promoted; its log ends:\n" . substr($log, -2000));
+		$role{$s} = 'lost';
+		return "standby $s could not be promoted: lost";
+	}
 	$server{$s}->poll_query_until('app', 'SELECT NOT pg_is_in_recovery()')
 	  or die "$s was not promoted";
 	$role{$s} = 'primary';
