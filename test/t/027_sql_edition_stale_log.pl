@@ -30,6 +30,7 @@ my $window = 10;    # seconds, as in the C edition (STALE_LOG_INTERVAL_S)
 
 my $node = PostgreSQL::Test::Cluster->new('sql_stale_log');
 $node->init;
+$node->append_conf('postgresql.conf', 'max_prepared_transactions = 2');
 $node->start;
 sql_edition_install($node, 'app', 'regress_owner', 'regress_app');
 $node->safe_psql('app', q{CREATE TABLE acct (id int, v int);
@@ -96,6 +97,25 @@ SELECT dlock.fence('s:r', :r);
 ROLLBACK;
 SELECT dlock.fence('s:r', :r);
 SELECT dlock.fence('s:r', :r);
+-- so does a rollback to a savepoint
+SELECT token AS sp FROM dlock.try_acquire('s:sp', '1h', 'a') \gset
+SELECT dlock.release('s:sp', 'a');
+BEGIN;
+SAVEPOINT a;
+SELECT dlock.fence('s:sp', :sp);
+ROLLBACK TO SAVEPOINT a;
+SELECT dlock.fence('s:sp', :sp);
+COMMIT;
+SELECT dlock.fence('s:sp', :sp);
+-- a prepared transaction keeps it (the setting is the session's), and
+-- COMMIT PREPARED from another session changes nothing of it
+SELECT token AS pp FROM dlock.try_acquire('s:pp', '1h', 'a') \gset
+SELECT dlock.release('s:pp', 'a');
+BEGIN;
+SELECT dlock.fence('s:pp', :pp);
+PREPARE TRANSACTION 'stale_log';
+} . "\\! psql -X -q -d '" . $node->connstr('app') . "' -c \"COMMIT PREPARED 'stale_log'\"\n" . q{
+SELECT dlock.fence('s:pp', :pp);
 SELECT 'tokens', :x, :y, :z, :r;
 });
 my ($x, $y, $z, $r) = ($out =~ /^tokens\|(\d+)\|(\d+)\|(\d+)\|(\d+)$/m)
@@ -117,6 +137,10 @@ is(scalar @zl, 1, 'dlock.log_stale_fences = off logs nothing; on again, it logs'
 like($zl[0] // '', qr/lease $z was force-released \d+\.\d s ago$/, 'a force-released token');
 is(scalar(grep { /lease "s:r"/ } @lines), 2,
 	'a rolled-back transaction takes its window back: the next check logs again, the one after does not');
+is(scalar(grep { /lease "s:sp"/ } @lines), 2,
+	'a rollback to a savepoint takes its window back: one line before, one after, none at commit');
+is(scalar(grep { /lease "s:pp"/ } @lines), 1,
+	'a prepared transaction keeps its window, committed by another session: the next check is not logged');
 my @after = after_stale_lines($offset);
 ok(@lines > 0 && @after == @lines && !grep({ !/^\S.*CONTEXT:  PL\/pgSQL function dlock\._stale_report/ } @after),
 	'each line is followed by its CONTEXT line (PL/pgSQL\'s), and no other');
