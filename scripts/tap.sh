@@ -66,6 +66,26 @@ tap_count() {
     [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1
     passed=$((passed + p))
     failed=$((failed + f))
+    if [ "$f" -gt 0 ] && [ -n "${TAP_FAILURES:-}" ] && [ "$file" != /dev/null ]; then
+        tap_failure_excerpt "$file" >>"$TAP_FAILURES"
+    fi
+}
+
+# tap_failure_excerpt FILE: what a failed step printed of its failures, for
+# a run's closing list (TAP_FAILURES names the file that collects them, when
+# the sourcing script keeps one): its failed result lines, each with the
+# diagnostics that follow it, and the lines of a test file that died;
+# failing that, its last lines
+tap_failure_excerpt() {
+    local file=$1 lines
+    echo "--- $(basename "$file")"
+    lines=$(awk '
+        /^not ok [0-9]+ |\.\.\. FAILED|^FAILED--|Dubious|^# no "N passed|did not finish|^Bail out!/ {
+            print; diag = 20; next
+        }
+        diag > 0 && /^ *#/ { print; diag--; next }
+        { diag = 0 }' "$file" | head -n 80)
+    if [ -n "$lines" ]; then echo "$lines"; else tail -n 20 "$file"; fi
 }
 
 # tap_report ok|fail TITLE: one check whose outcome is known, printed as a
@@ -78,6 +98,7 @@ tap_report() {
     else
         echo "not ok $tap_n - $2"
         tap_count 1
+        [ -z "${TAP_FAILURES:-}" ] || echo "not ok $tap_n - $2" >>"$TAP_FAILURES"
     fi
 }
 
