@@ -74,14 +74,14 @@ tap_count() {
 # tap_failure_excerpt FILE: what a failed step printed of its failures, for
 # a run's closing list (TAP_FAILURES names the file that collects them, when
 # the sourcing script keeps one): its failed result lines, each with the
-# diagnostics that follow it, and the lines of a test file that died;
-# failing that, its last lines
+# diagnostics that follow it (up to 40), and the lines of a test file that
+# died; failing that, its last lines
 tap_failure_excerpt() {
     local file=$1 lines
     echo "--- $(basename "$file")"
     lines=$(awk '
         /^not ok [0-9]+ |\.\.\. FAILED|^FAILED--|Dubious|^# no "N passed|did not finish|^Bail out!/ {
-            print; diag = 20; next
+            print; diag = 40; next
         }
         diag > 0 && /^ *#/ { print; diag--; next }
         { diag = 0 }' "$file" | head -n 80)

@@ -47,7 +47,8 @@ as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" cli/dlock >/dev/null
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
 # run_check TITLE SUMMARY-REGEX COMMAND...: a whole-program check that
-# counts as one test, by its exit status
+# counts as one test, by its exit status; a failure is followed by its
+# summary lines as TAP diagnostics, which a run's list of failures keeps
 run_check() {
     local title=$1 summary=$2 out="$WORK/check.out"
     shift 2
@@ -58,6 +59,12 @@ run_check() {
     else
         tail -n 40 "$out"
         tap_report fail "$title"
+        # why it failed first (the list of failures keeps the first 40 lines)
+        {
+            grep -E 'RESULT: (FAIL|UNDECIDED)|only [0-9]+ .* needed|tested nothing|^worker [0-9]+:|^checker:|^[a-z]+: FAIL' "$out" |
+                grep -v 'expected for --no-fence'
+            grep -E "$summary" "$out"
+        } | sed 's/^/# /'
     fi
 }
 
@@ -66,7 +73,7 @@ run_check() {
 # lost, never more fenced writers than permits, no conflicting kinds at
 # once) and control runs without the fence (which must break them)
 run_check "stress checker, fenced and control runs" \
-    '^(mode=|attempts=|final_set=|tokens in|kinds: \((a|b|c)\)|kinds: errors|RESULT)' \
+    '^(mode=|attempts=|final_set=|tokens in|kinds: \((a|b|c|d)\)|kinds: errors|kinds: only|running again|RESULT|worker [0-9]+:|checker:)' \
     bash "$SRC_DIR/stress/run.sh"
 
 # run_counted TITLE COMMAND...: a script that prints its own "N passed, N

@@ -112,6 +112,13 @@
  *	  earlier ones.
  *	  Exit status: fenced mode 0 on PASS, 1 on FAIL; control mode 0 when the
  *	  expected anomalies were found, 1 otherwise.
+ *
+ * Rounds
+ *	  A fenced run that found nothing wrong but tested too little (too few
+ *	  grants of a kind, renews, stale holders: each mode says what it needs)
+ *	  is undecided, not passed: it runs again, twice as long with the next
+ *	  seed, up to UNDECIDED_ROUNDS rounds, and fails if none tested enough.
+ *	  Each round is judged alone, from tables made afresh.
  */
 #define _GNU_SOURCE
 
@@ -143,6 +150,8 @@
 #define MAX_SECONDS		3600
 #define DEFAULT_SECONDS 25
 #define SOAK_SECONDS	300
+/* rounds of a fenced run that keeps testing too little, before it fails */
+#define UNDECIDED_ROUNDS 3
 
 /* What became of one write attempt, by the worker's own account */
 enum write_status
@@ -1441,6 +1450,11 @@ start_workers(int (*body) (int w, double deadline), double deadline)
 	catch_signals();
 	fflush(stdout);
 	fflush(stderr);
+	/* a new round: the last round's workers have all been reaped */
+	n_children = 0;
+	stopped_child = 0;
+	memset(reaped, 0, sizeof(reaped));
+	memset(exit_status, 0, sizeof(exit_status));
 	for (int w = 0; w < n_workers; w++)
 	{
 		pid_t		parent = getpid();
@@ -1644,6 +1658,11 @@ result_line(int anomalies, int clean, int tested)
 			printf("RESULT: PASS\n");
 			return 0;
 		}
+		if (!anomalies && clean)
+		{
+			printf("RESULT: UNDECIDED (nothing wrong found, but the run tested too little)\n");
+			return RUN_UNDECIDED;
+		}
 		printf("RESULT: FAIL\n");
 		return 1;
 	}
@@ -1722,7 +1741,34 @@ set_main(void)
 int
 main(int argc, char **argv)
 {
+	int			rc;
+
 	parse_options(argc, argv);
-	rng_state = seed;
-	return kinds ? kinds_main() : set_main();
+	for (int round = 1;; round++)
+	{
+		rng_state = seed;
+		rc = kinds ? kinds_main() : set_main();
+		if (rc != RUN_UNDECIDED || interrupted)
+			break;
+
+		/*
+		 * A fenced run that found nothing wrong but whose schedule tested
+		 * too little (a loaded machine slows every worker down) has shown
+		 * nothing either way.  It runs again, from a fresh database and
+		 * with the next seed, twice as long, and that round is judged
+		 * alone: counts are never added across rounds, so a pass is always
+		 * one round that tested enough and found nothing wrong.
+		 */
+		if (round == UNDECIDED_ROUNDS || run_seconds > MAX_SECONDS / 2)
+		{
+			printf("RESULT: FAIL (%d rounds tested too little)\n", round);
+			break;
+		}
+		run_seconds *= 2;
+		seed++;
+		printf("running again for %d s with the next seed (round %d of at most %d)\n",
+			   run_seconds, round + 1, UNDECIDED_ROUNDS);
+		fflush(stdout);
+	}
+	return rc == RUN_UNDECIDED ? 1 : rc;
 }

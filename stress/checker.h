@@ -83,8 +83,10 @@ int			worker_exited_cleanly(int w);
 /*
  * the RESULT line and the exit status: a fenced run passes with no
  * anomalies, clean and having tested something; a control run (--no-fence)
- * must find its anomalies
+ * must find its anomalies.  A fenced run that found nothing wrong but
+ * tested too little returns RUN_UNDECIDED, and main() runs it again.
  */
+#define RUN_UNDECIDED	3
 int			result_line(int anomalies, int clean, int tested);
 
 /* the mixed-kinds mode */

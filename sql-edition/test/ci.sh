@@ -88,6 +88,9 @@ done
 # the checker could not tell a broken lock from a working one.
 STRESS_ROLE=dlock_stress
 stress_n=0
+# stress_result RC TITLE [OUTPUT]: a failure is followed by the checker's
+# summary lines in OUTPUT as TAP diagnostics, which a run's list of
+# failures keeps
 stress_result() {
   stress_n=$((stress_n + 1))
   if [ "$1" -eq 0 ]; then
@@ -96,20 +99,27 @@ stress_result() {
   else
     echo "not ok $stress_n - stress: $2"
     failed=$((failed + 1))
+    # why it failed first (the list of failures keeps the first 40 lines)
+    [ -z "${3:-}" ] || {
+      grep -E 'RESULT: (FAIL|UNDECIDED)|only [0-9]+ .* needed|tested nothing|^worker [0-9]+:|^checker:' "$3"
+      grep -E '^(mode=|attempts=|final_set=|tokens in|kinds: [a-z(]|running again)' "$3"
+    } | sed 's/^/# /'
   fi
 }
 # stress_run TITLE OPTION...: the checker as the plain role, in its
 # database, bounded (the checker's own deadline is its length and 20 s of
-# grace for its workers; a SIGTERM makes it kill them and fail)
+# grace for its workers, in each of up to three rounds of 1, 2 and 4 times
+# the length when a round tests too little; a SIGTERM makes it kill them
+# and fail)
 stress_run() {
   local title=$1 rc secs=0 prev= a
   shift
   for a in "$@"; do [ "$prev" = --seconds ] && secs=$a; prev=$a; done
   echo "-- stress: $title"
-  PGUSER=$STRESS_ROLE PGDATABASE=$STRESS_ROLE timeout -k 10 $((secs + 60)) \
-    "$WORK/checker" --edition sql "$@" 2>&1
-  rc=$?
-  stress_result "$rc" "$title"
+  PGUSER=$STRESS_ROLE PGDATABASE=$STRESS_ROLE timeout -k 10 $((secs * 7 + 90)) \
+    "$WORK/checker" --edition sql "$@" 2>&1 | tee "$WORK/stress.out"
+  rc=${PIPESTATUS[0]}
+  stress_result "$rc" "$title" "$WORK/stress.out"
 }
 stress_stage() {
   local fenced_s=${DLOCK_SQL_STRESS_SECONDS:-12} control_s=${DLOCK_SQL_STRESS_CONTROL_SECONDS:-8}
