@@ -46,9 +46,10 @@ build_and_install
 as_run_user make -s -C "$WORK/src" PG_CONFIG="$PG_CONFIG" cli/dlock >/dev/null
 run_suite tap installcheck REGRESS= ISOLATION= PROVE_FLAGS=-v
 
-# run_check TITLE SUMMARY-REGEX COMMAND...: a whole-program check that
-# counts as one test, by its exit status; a failure is followed by its
-# summary lines as TAP diagnostics, which a run's list of failures keeps
+# run_check TITLE SUMMARY-REGEX COMMAND...: the stress checker's runs,
+# counted as one test by their exit status; a failure is followed by why,
+# as TAP diagnostics, which a run's list of failures keeps
+. "$SRC_DIR/stress/diagnostics.sh"
 run_check() {
     local title=$1 summary=$2 out="$WORK/check.out"
     shift 2
@@ -59,12 +60,7 @@ run_check() {
     else
         tail -n 40 "$out"
         tap_report fail "$title"
-        # why it failed first (the list of failures keeps the first 40 lines)
-        {
-            grep -E 'RESULT: (FAIL|UNDECIDED)|only [0-9]+ .* needed|tested nothing|^worker [0-9]+:|^checker:|^[a-z]+: FAIL' "$out" |
-                grep -v 'expected for --no-fence'
-            grep -E "$summary" "$out"
-        } | sed 's/^/# /'
+        stress_diagnostics "$out"
     fi
 }
 

@@ -88,6 +88,7 @@ done
 # the checker could not tell a broken lock from a working one.
 STRESS_ROLE=dlock_stress
 stress_n=0
+. "$ROOT/stress/diagnostics.sh"
 # stress_result RC TITLE [OUTPUT]: a failure is followed by the checker's
 # summary lines in OUTPUT as TAP diagnostics, which a run's list of
 # failures keeps
@@ -99,11 +100,7 @@ stress_result() {
   else
     echo "not ok $stress_n - stress: $2"
     failed=$((failed + 1))
-    # why it failed first (the list of failures keeps the first 40 lines)
-    [ -z "${3:-}" ] || {
-      grep -E 'RESULT: (FAIL|UNDECIDED)|only [0-9]+ .* needed|tested nothing|^worker [0-9]+:|^checker:' "$3"
-      grep -E '^(mode=|attempts=|final_set=|tokens in|kinds: [a-z(]|running again)' "$3"
-    } | sed 's/^/# /'
+    [ -z "${3:-}" ] || stress_diagnostics "$3"
   fi
 }
 # stress_run TITLE OPTION...: the checker as the plain role, in its
